@@ -1,0 +1,9 @@
+//! Suite `pagelock` (in progress).
+use super::{Bench, Suite};
+
+pub const SUITE: Suite = Suite {
+    name: "pagelock",
+    about: "(in progress)",
+    steps: |_| 0,
+    run: |_b: &mut Bench| Ok(()),
+};

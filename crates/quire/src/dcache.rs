@@ -1,0 +1,1 @@
+//! The dentry cache (issue 5). Not yet built.

@@ -1,0 +1,20 @@
+//! quire — the Linux page cache, rebuilt as a Rust library.
+//!
+//! The crate is organised the way `mm/` and `fs/` are in the kernel, one module per mechanism
+//! (see `docs/ARCHITECTURE.md`):
+//!
+//! | module | kernel counterpart | what it holds |
+//! |---|---|---|
+//! | [`sync::bitwait`] | `folio_lock`, `folio_wait_bit_common`, `PG_waiters` | waits on bits of a flag word |
+//! | [`sync::lockref`] | `lib/lockref.c` | a lock and a reference count in one word |
+//! | [`sync::rcu`] | RCU read side | epoch guards for lock-free readers |
+//! | [`xarray`] | `lib/xarray.c` | the multi-order radix tree indexing every cached file |
+//! | [`dcache`] | `fs/dcache.c`, `fs/namei.c` | the dentry cache over a real directory tree |
+//! | [`stats`] | `/proc/vmstat` | event counters |
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs)]
+
+pub mod dcache;
+pub mod stats;
+pub mod sync;
+pub mod xarray;

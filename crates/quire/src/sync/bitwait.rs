@@ -1,0 +1,1 @@
+//! Waiting on bits of a flag word (in progress).

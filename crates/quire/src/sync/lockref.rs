@@ -1,0 +1,1 @@
+//! Lock and reference count in one word (in progress).

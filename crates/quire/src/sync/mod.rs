@@ -1,0 +1,14 @@
+//! Synchronisation primitives that the rest of quire is built from.
+//!
+//! - [`bitwait`]: lock and wait on single bits of a 64-bit flag word (the folio lock, waiting for
+//!   write-back), with a waiters bit so that an uncontended unlock never touches the wait table.
+//! - [`lockref`]: a spinlock and a reference count in one 64-bit word.
+//! - [`rcu`]: the read side of the lock-free lookups (an epoch guard).
+//! - [`loom`]: the atomics every protocol is written against; `std`'s normally, loom's under
+//!   `--cfg loom` so that the protocols can be model-checked.
+
+pub mod bitwait;
+pub mod lockref;
+pub mod loom;
+pub(crate) mod parking;
+pub mod rcu;

@@ -1,0 +1,1 @@
+//! The XArray (issue 3). Not yet built.
