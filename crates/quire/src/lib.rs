@@ -10,11 +10,15 @@
 //! | [`sync::rcu`] | RCU read side | epoch guards for lock-free readers |
 //! | [`xarray`] | `lib/xarray.c` | the multi-order radix tree indexing every cached file |
 //! | [`dcache`] | `fs/dcache.c`, `fs/namei.c` | the dentry cache over a real directory tree |
+//! | [`mem`] | page allocator, `struct folio` | the frame pool, buddy allocator and folios |
+//! | [`store`] | the block layer below a file system | backing stores |
 //! | [`stats`] | `/proc/vmstat` | event counters |
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
 pub mod dcache;
+pub mod mem;
 pub mod stats;
+pub mod store;
 pub mod sync;
 pub mod xarray;

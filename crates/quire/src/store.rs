@@ -1,0 +1,1 @@
+//! Backing stores (issue 4, in progress).
