@@ -1,1 +1,777 @@
-//! Waiting on bits of a flag word (in progress).
+//! Waiting on bits of a 64-bit flag word: the folio lock and its waits, after the kernel's
+//! `folio_lock`, `folio_wait_bit_common` and `PG_waiters`.
+//!
+//! A folio's flag word holds, among its state bits, a lock bit. Threads that find a bit in the
+//! way (the lock taken, write-back under way) sleep in a hashed wait table until the bit is
+//! cleared. Three mechanisms keep that cheap:
+//!
+//! 1. **The waiters bit.** A thread that goes to sleep on a word first sets [`WAITERS`] in it,
+//!    under the wait-table lock. Clearing a bit is then one atomic read-modify-write that also
+//!    returns the old word; only if `WAITERS` was set does the clearing thread touch the wait
+//!    table. The uncontended unlock never hashes, never takes a table lock.
+//! 2. **Exact, filtered wake-ups.** Each sleeper parks on the address of its word, with a park
+//!    token pointing at a small record on its stack: which bit it waits for and whether it waits
+//!    to *take* the bit (exclusive: a locker) or only for the bit to be clear (shared: "wait for
+//!    write-back"). Clearing a bit wakes every shared waiter of that bit and the first exclusive
+//!    one — never a thread waiting on another word or another bit, and one locker per unlock.
+//!    `WAITERS` is cleared inside the waker's callback, under the table lock, exactly when no
+//!    thread is left parked on the word.
+//! 3. **Lock hand-off.** A woken locker may lose the race for the lock to a thread that just
+//!    arrived. After [`lock_unfairness`] lost races it asks for hand-off: the next unlocker then
+//!    takes the lock *on the waiter's behalf* inside the wake filter and wakes it as the owner,
+//!    so no locker starves.
+//!
+//! # The flag word
+//!
+//! bitwait owns bits 0 and 1 of every word it is used on; the word's owner (the folio) defines
+//! the rest and sets or tests them with plain atomics.
+//!
+//! | bit | name | set by | cleared by |
+//! |---|---|---|---|
+//! | 0 | [`LOCKED`] | [`try_lock`] / [`lock`] (`fetch_or`, acquire), or a waker handing the lock off | [`unlock`] (`fetch_and`, release) |
+//! | 1 | [`WAITERS`] | a sleeper's validate step, under the wait-table lock, just before it sleeps | a waker's (or a leaving sleeper's) callback, under that lock, when nobody is left parked on the word |
+//! | 2.. | the owner's | the owner | the owner, with [`clear_and_wake`] when somebody may wait for it |
+//!
+//! Invariant: while a thread sleeps on a word, `WAITERS` is set in it. The converse does not hold:
+//! a thread that set `WAITERS` and then found the bit already clear does not sleep, and the next
+//! clear pays one needless table lookup, which then clears `WAITERS`.
+//!
+//! # The "before" policies
+//!
+//! [`WaitPolicy`] restores, for the benchmarks, what the kernel did before each mechanism
+//! (DESIGN.md rule 7): [`WaitPolicy::AlwaysLookup`] has no waiters bit, so every clear looks the
+//! word up in the table; [`WaitPolicy::UnfilteredWakeAll`] parks every sleeper on one of 256
+//! shared queues and wakes the whole queue on every clear, so sleepers wake for other words and
+//! other bits, re-test and sleep again. The free functions of this module are the exact policy;
+//! the policy methods compile to the same code when the policy is a constant.
+//!
+//! Every wait can be bounded by a [`Cancel`] (a deadline and/or a flag another thread sets),
+//! after the kernel's killable waits: the wait returns an error and leaves nothing behind.
+//! No wait relies on a timeout for correctness.
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU32 as StdAtomicU32, Ordering as StdOrdering};
+use std::time::Instant;
+
+use crate::stats::{count, Event};
+use crate::sync::loom::{AtomicBool, AtomicU64, Ordering};
+use crate::sync::parking::{self, FilterOp, ParkResult};
+
+#[cfg(loom)]
+use loom::sync::Mutex;
+#[cfg(not(loom))]
+use std::sync::Mutex;
+
+/// The lock bit.
+pub const LOCKED: u64 = 1 << 0;
+/// Somebody may be sleeping on this word; see the [module documentation](self).
+pub const WAITERS: u64 = 1 << 1;
+
+/// How many races a woken locker may lose before it asks for the lock to be handed to it.
+static LOCK_UNFAIRNESS: StdAtomicU32 = StdAtomicU32::new(5);
+
+/// Sets how many races a woken locker may lose before the lock is handed to it (the kernel's
+/// `page_lock_unfairness`). Zero hands the lock off on the first wake-up; the default is 5.
+pub fn set_lock_unfairness(n: u32) {
+    LOCK_UNFAIRNESS.store(n, StdOrdering::Relaxed);
+}
+
+/// The current lock unfairness; see [`set_lock_unfairness`].
+pub fn lock_unfairness() -> u32 {
+    LOCK_UNFAIRNESS.load(StdOrdering::Relaxed)
+}
+
+/// Unpark tokens: why a sleeper was woken.
+const WOKEN_NORMAL: usize = 0;
+/// The waker took the lock for this (exclusive) sleeper: it returns as the owner.
+const WOKEN_HANDOFF: usize = 1;
+/// A [`Cancel`] was triggered.
+const WOKEN_CANCEL: usize = 2;
+
+/// Which implementation of the waits to use (DESIGN.md rule 7). `Exact` is the default and what
+/// the free functions of this module do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Hash)]
+pub enum WaitPolicy {
+    /// The waiters bit, exact keyed wake-ups, wake-one for lockers, hand-off.
+    #[default]
+    Exact,
+    /// As `Exact` but without the waiters bit: every clear looks the word up in the table.
+    AlwaysLookup,
+    /// No waiters bit filtering by word or bit: 256 shared queues, every clear wakes all of one
+    /// queue, and woken threads re-test and sleep again. No hand-off.
+    UnfilteredWakeAll,
+}
+
+/// Why a bounded wait gave up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum WaitError {
+    /// The deadline passed before the bit cleared.
+    #[error("wait timed out")]
+    TimedOut,
+    /// The wait was cancelled.
+    #[error("wait cancelled")]
+    Cancelled,
+}
+
+/// What a sleeper is waiting for. Lives on the sleeper's stack; its address is the park token, so
+/// a waker's filter can read it while the sleeper is parked (and only then).
+struct Waiter {
+    /// The bit (a mask with one bit set) this thread waits on.
+    bit: u64,
+    /// Whether it waits to take the bit (a locker) rather than for it to clear.
+    exclusive: bool,
+    /// Whether the waker should take the lock on this thread's behalf. Written by the owner only
+    /// while it is not parked; read by wakers only while it is.
+    handoff: Cell<bool>,
+    /// The cancel this wait is bound by, or null.
+    cancel: *const Cancel,
+}
+
+/// Bounds a wait: a deadline, a flag that another thread can set with [`Cancel::cancel`], or
+/// both. One `Cancel` may bound any number of waits, on any threads, at once.
+pub struct Cancel {
+    deadline: Option<Instant>,
+    cancelled: AtomicBool,
+    /// The waits now bound by this cancel, so that [`Cancel::cancel`] can wake them.
+    waits: Mutex<Vec<Registration>>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Registration {
+    /// The sleeper's `Waiter` address (its park token).
+    waiter: usize,
+    /// The wait-table key it parks on.
+    key: usize,
+    /// The address of the word it waits on.
+    word: usize,
+    policy: WaitPolicy,
+}
+
+impl Default for Cancel {
+    fn default() -> Self {
+        Cancel::new()
+    }
+}
+
+impl Cancel {
+    /// A cancel with no deadline, triggered only by [`Cancel::cancel`].
+    pub fn new() -> Cancel {
+        Cancel {
+            deadline: None,
+            cancelled: AtomicBool::new(false),
+            waits: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// A cancel that also expires at `deadline`.
+    pub fn with_deadline(deadline: Instant) -> Cancel {
+        Cancel {
+            deadline: Some(deadline),
+            ..Cancel::new()
+        }
+    }
+
+    /// The deadline, if any.
+    pub fn deadline(&self) -> Option<Instant> {
+        self.deadline
+    }
+
+    /// Whether [`Cancel::cancel`] was called.
+    pub fn is_cancelled(&self) -> bool {
+        self.cancelled.load(Ordering::SeqCst)
+    }
+
+    /// Cancels every wait bound by this cancel, now and later: each returns
+    /// [`WaitError::Cancelled`] unless it already got what it waited for.
+    pub fn cancel(&self) {
+        // Pairs with the sleeper's registration then flag test in `validate`: either the sleeper
+        // sees the flag and does not sleep, or we see its registration and wake it.
+        self.cancelled.store(true, Ordering::SeqCst);
+        let waits = self.waits.lock().unwrap();
+        for r in waits.iter() {
+            count(Event::WaitTableLookups);
+            let word = r.word as *const AtomicU64;
+            let uses_bit = r.policy.uses_waiters_bit();
+            parking::unpark_filter(
+                r.key,
+                |token| {
+                    if token == r.waiter {
+                        FilterOp::Unpark
+                    } else {
+                        FilterOp::Skip
+                    }
+                },
+                |res| {
+                    if !res.have_more && uses_bit {
+                        // SAFETY: the sleeper is registered, so it is inside a wait on `word`
+                        // and the word outlives that wait; it cannot deregister while we hold
+                        // `waits`.
+                        unsafe { (*word).fetch_and(!WAITERS, Ordering::Relaxed) };
+                    }
+                    WOKEN_CANCEL
+                },
+            );
+        }
+    }
+
+    fn check(&self) -> Result<(), WaitError> {
+        if self.is_cancelled() {
+            return Err(WaitError::Cancelled);
+        }
+        match self.deadline {
+            Some(d) if Instant::now() >= d => Err(WaitError::TimedOut),
+            _ => Ok(()),
+        }
+    }
+
+    fn register(&self, r: Registration) {
+        self.waits.lock().unwrap().push(r);
+    }
+
+    fn deregister(&self, waiter: usize) {
+        let mut waits = self.waits.lock().unwrap();
+        if let Some(i) = waits.iter().position(|r| r.waiter == waiter) {
+            waits.swap_remove(i);
+        }
+    }
+}
+
+/// Removes a wait's registration when the wait ends, however it ends.
+struct Registered<'a> {
+    cancel: &'a Cancel,
+    waiter: usize,
+}
+
+impl Drop for Registered<'_> {
+    fn drop(&mut self) {
+        self.cancel.deregister(self.waiter);
+    }
+}
+
+/// The shared queues of [`WaitPolicy::UnfilteredWakeAll`]: 256 distinct addresses to park on.
+static SHARED_QUEUES: [u8; 256] = [0; 256];
+
+impl WaitPolicy {
+    #[inline(always)]
+    fn uses_waiters_bit(self) -> bool {
+        !matches!(self, WaitPolicy::AlwaysLookup)
+    }
+
+    /// The wait-table key a sleeper on `word` parks on.
+    #[inline]
+    fn key(self, word: &AtomicU64) -> usize {
+        let addr = word as *const AtomicU64 as usize;
+        match self {
+            WaitPolicy::UnfilteredWakeAll => {
+                let h = (addr >> 3).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56;
+                &SHARED_QUEUES[h] as *const u8 as usize
+            }
+            _ => addr,
+        }
+    }
+
+    /// Takes the lock bit if it is free. Acquire ordering on success.
+    #[inline(always)]
+    pub fn try_lock(self, word: &AtomicU64) -> bool {
+        try_lock(word)
+    }
+
+    /// Takes the lock bit, sleeping while another thread holds it.
+    #[inline(always)]
+    pub fn lock(self, word: &AtomicU64) {
+        if !try_lock(word) {
+            // Without a cancel the wait cannot fail.
+            let _ = wait_slow(word, LOCKED, true, self, None);
+        }
+    }
+
+    /// Takes the lock bit, or gives up when `cancel` says so.
+    #[inline]
+    pub fn lock_cancellable(self, word: &AtomicU64, cancel: &Cancel) -> Result<(), WaitError> {
+        if try_lock(word) {
+            return Ok(());
+        }
+        wait_slow(word, LOCKED, true, self, Some(cancel))
+    }
+
+    /// Releases the lock bit (release ordering) and wakes a waiter if one may be sleeping.
+    #[inline(always)]
+    pub fn unlock(self, word: &AtomicU64) {
+        self.clear_and_wake(word, LOCKED);
+    }
+
+    /// Sleeps until `bit` is clear (acquire ordering on return).
+    #[inline(always)]
+    pub fn wait_clear(self, word: &AtomicU64, bit: u64) {
+        if word.load(Ordering::Acquire) & bit != 0 {
+            let _ = wait_slow(word, bit, false, self, None);
+        }
+    }
+
+    /// Sleeps until `bit` is clear, or gives up when `cancel` says so.
+    #[inline]
+    pub fn wait_clear_cancellable(
+        self,
+        word: &AtomicU64,
+        bit: u64,
+        cancel: &Cancel,
+    ) -> Result<(), WaitError> {
+        if word.load(Ordering::Acquire) & bit == 0 {
+            return Ok(());
+        }
+        wait_slow(word, bit, false, self, Some(cancel))
+    }
+
+    /// Clears `bit` with one release read-modify-write, then wakes its waiters — touching the
+    /// wait table only if the word says somebody may be waiting (or always, under
+    /// [`WaitPolicy::AlwaysLookup`]).
+    #[inline(always)]
+    pub fn clear_and_wake(self, word: &AtomicU64, bit: u64) {
+        let prev = word.fetch_and(!bit, Ordering::Release);
+        if !self.uses_waiters_bit() || prev & WAITERS != 0 {
+            self.wake_bit(word, bit);
+        }
+    }
+
+    /// Wakes the waiters of `bit`, for an owner that cleared it some other way. Always looks up
+    /// the wait table.
+    #[cold]
+    pub fn wake_bit(self, word: &AtomicU64, bit: u64) {
+        count(Event::WaitTableLookups);
+        let key = self.key(word);
+        let uses_bit = self.uses_waiters_bit();
+        if self == WaitPolicy::UnfilteredWakeAll {
+            parking::unpark_filter(
+                key,
+                |_| FilterOp::Unpark,
+                |res| {
+                    if !res.have_more {
+                        word.fetch_and(!WAITERS, Ordering::Relaxed);
+                    }
+                    WOKEN_NORMAL
+                },
+            );
+            return;
+        }
+        let mut woke_exclusive = false;
+        let handed_off = Cell::new(false);
+        parking::unpark_filter(
+            key,
+            |token| {
+                // SAFETY: every token parked on an exact key is the address of a `Waiter` on the
+                // stack of a thread that stays parked (so the record lives) until this filter
+                // and callback have run.
+                let w = unsafe { &*(token as *const Waiter) };
+                if w.bit != bit {
+                    return FilterOp::Skip;
+                }
+                if word.load(Ordering::Relaxed) & bit != 0 {
+                    // Set again (stolen, handed off, a new write-back): everybody left will be
+                    // woken by the next clear.
+                    return FilterOp::Stop;
+                }
+                if !w.exclusive {
+                    return FilterOp::Unpark;
+                }
+                if woke_exclusive {
+                    return FilterOp::Skip;
+                }
+                woke_exclusive = true;
+                if w.handoff.get() {
+                    if word.fetch_or(LOCKED, Ordering::Acquire) & LOCKED != 0 {
+                        return FilterOp::Stop;
+                    }
+                    handed_off.set(true);
+                }
+                FilterOp::Unpark
+            },
+            |res| {
+                if !res.have_more && uses_bit {
+                    word.fetch_and(!WAITERS, Ordering::Relaxed);
+                }
+                if handed_off.get() {
+                    WOKEN_HANDOFF
+                } else {
+                    WOKEN_NORMAL
+                }
+            },
+        );
+    }
+}
+
+/// Takes the lock bit if it is free. Acquire ordering on success.
+#[inline(always)]
+pub fn try_lock(word: &AtomicU64) -> bool {
+    word.fetch_or(LOCKED, Ordering::Acquire) & LOCKED == 0
+}
+
+/// Takes the lock bit, sleeping while another thread holds it.
+#[inline(always)]
+pub fn lock(word: &AtomicU64) {
+    WaitPolicy::Exact.lock(word)
+}
+
+/// Takes the lock bit, or gives up when `cancel` says so; on error the lock is not held and no
+/// trace of the wait is left.
+#[inline]
+pub fn lock_cancellable(word: &AtomicU64, cancel: &Cancel) -> Result<(), WaitError> {
+    WaitPolicy::Exact.lock_cancellable(word, cancel)
+}
+
+/// Releases the lock bit: one release read-modify-write; the wait table is touched only if
+/// [`WAITERS`] was set.
+#[inline(always)]
+pub fn unlock(word: &AtomicU64) {
+    WaitPolicy::Exact.unlock(word)
+}
+
+/// Sleeps until `bit` is clear (acquire ordering on return): "wait until unlocked", "wait for
+/// write-back".
+#[inline(always)]
+pub fn wait_clear(word: &AtomicU64, bit: u64) {
+    WaitPolicy::Exact.wait_clear(word, bit)
+}
+
+/// Sleeps until `bit` is clear, or gives up when `cancel` says so.
+#[inline]
+pub fn wait_clear_cancellable(
+    word: &AtomicU64,
+    bit: u64,
+    cancel: &Cancel,
+) -> Result<(), WaitError> {
+    WaitPolicy::Exact.wait_clear_cancellable(word, bit, cancel)
+}
+
+/// Clears `bit` (release) and wakes its waiters: "end of write-back".
+#[inline(always)]
+pub fn clear_and_wake(word: &AtomicU64, bit: u64) {
+    WaitPolicy::Exact.clear_and_wake(word, bit)
+}
+
+/// Sets `bit`, returning whether it was already set.
+#[inline(always)]
+pub fn set_bit(word: &AtomicU64, bit: u64) -> bool {
+    word.fetch_or(bit, Ordering::AcqRel) & bit != 0
+}
+
+/// The slow path of every wait: sleep on `word` until `bit` is clear (shared) or taken by this
+/// thread (exclusive), or `cancel` fires.
+#[cold]
+fn wait_slow(
+    word: &AtomicU64,
+    bit: u64,
+    exclusive: bool,
+    policy: WaitPolicy,
+    cancel: Option<&Cancel>,
+) -> Result<(), WaitError> {
+    let waiter = Waiter {
+        bit,
+        exclusive,
+        handoff: Cell::new(false),
+        cancel: cancel.map_or(std::ptr::null(), |c| c as *const Cancel),
+    };
+    let token = &waiter as *const Waiter as usize;
+    let key = policy.key(word);
+    let uses_bit = policy.uses_waiters_bit();
+    let deadline = cancel.and_then(|c| c.deadline);
+    let _registered = cancel.map(|c| {
+        c.register(Registration {
+            waiter: token,
+            key,
+            word: word as *const AtomicU64 as usize,
+            policy,
+        });
+        Registered {
+            cancel: c,
+            waiter: token,
+        }
+    });
+    debug_assert!(waiter.cancel.is_null() || cancel.is_some());
+    let mut woken = false;
+    let mut lost_races = 0u32;
+    loop {
+        let got = if exclusive {
+            try_lock(word)
+        } else {
+            word.load(Ordering::Acquire) & bit == 0
+        };
+        if got {
+            return Ok(());
+        }
+        if woken {
+            count(Event::SpuriousWakeups);
+            if exclusive {
+                lost_races += 1;
+            }
+        }
+        if let Some(c) = cancel {
+            c.check()?;
+        }
+        waiter.handoff.set(
+            exclusive && policy != WaitPolicy::UnfilteredWakeAll && lost_races >= lock_unfairness(),
+        );
+        count(Event::WaitTableLookups);
+        let result = parking::park(
+            key,
+            || {
+                let now = if uses_bit {
+                    word.fetch_or(WAITERS, Ordering::Relaxed)
+                } else {
+                    word.load(Ordering::Relaxed)
+                };
+                let sleep = now & bit != 0 && !cancel.is_some_and(|c| c.is_cancelled());
+                if sleep {
+                    count(Event::Sleeps);
+                }
+                sleep
+            },
+            |_key, was_last| {
+                if was_last && uses_bit {
+                    word.fetch_and(!WAITERS, Ordering::Relaxed);
+                }
+            },
+            token,
+            deadline,
+        );
+        match result {
+            ParkResult::Unparked(why) => {
+                count(Event::Wakeups);
+                if why == WOKEN_HANDOFF && exclusive {
+                    count(Event::LockHandoffs);
+                    // The waker set LOCKED for us with acquire ordering, and the unpark
+                    // orders its work before our return.
+                    return Ok(());
+                }
+                // A cancel wake-up is not a spurious one: the loop re-tests, then reports it.
+                woken = why != WOKEN_CANCEL;
+            }
+            ParkResult::Invalid => woken = false,
+            ParkResult::TimedOut => return Err(WaitError::TimedOut),
+        }
+    }
+}
+
+/// Whether the waiters invariant holds for `word` right now: if any thread is parked on it,
+/// [`WAITERS`] is set. For the loom models.
+#[cfg(loom)]
+#[doc(hidden)]
+pub fn waiters_invariant_holds(word: &AtomicU64) -> bool {
+    let key = WaitPolicy::Exact.key(word);
+    parking::with_parked(key, |parked| {
+        parked == 0 || word.load(Ordering::Relaxed) & WAITERS != 0
+    })
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    const WRITEBACK: u64 = 1 << 4;
+
+    #[test]
+    fn uncontended_lock_unlock_never_sets_waiters() {
+        let w = AtomicU64::new(0);
+        for _ in 0..1000 {
+            lock(&w);
+            assert_eq!(w.load(Ordering::Relaxed), LOCKED);
+            unlock(&w);
+            assert_eq!(w.load(Ordering::Relaxed), 0);
+        }
+    }
+
+    #[test]
+    fn try_lock_and_other_bits_survive() {
+        let w = AtomicU64::new(1 << 10);
+        assert!(try_lock(&w));
+        assert!(!try_lock(&w));
+        unlock(&w);
+        assert_eq!(w.load(Ordering::Relaxed), 1 << 10);
+        assert!(!set_bit(&w, WRITEBACK));
+        assert!(set_bit(&w, WRITEBACK));
+        clear_and_wake(&w, WRITEBACK);
+        assert_eq!(w.load(Ordering::Relaxed), 1 << 10);
+    }
+
+    /// Many threads increment a plain counter under the bit lock; every policy must keep mutual
+    /// exclusion and lose no wake-up (the test would hang).
+    fn mutual_exclusion(policy: WaitPolicy, threads: usize, iters: usize) {
+        struct Shared {
+            word: AtomicU64,
+            value: std::cell::UnsafeCell<u64>,
+        }
+        // SAFETY: `value` is only touched while holding the bit lock.
+        unsafe impl Sync for Shared {}
+        let s = Arc::new(Shared {
+            word: AtomicU64::new(0),
+            value: std::cell::UnsafeCell::new(0),
+        });
+        std::thread::scope(|scope| {
+            for _ in 0..threads {
+                let s = &s;
+                scope.spawn(move || {
+                    for _ in 0..iters {
+                        policy.lock(&s.word);
+                        // SAFETY: we hold the lock.
+                        unsafe { *s.value.get() += 1 };
+                        policy.unlock(&s.word);
+                    }
+                });
+            }
+        });
+        // SAFETY: every thread has finished.
+        assert_eq!(unsafe { *s.value.get() }, (threads * iters) as u64);
+        assert_eq!(s.word.load(Ordering::Relaxed) & LOCKED, 0);
+    }
+
+    #[test]
+    fn mutual_exclusion_exact() {
+        mutual_exclusion(WaitPolicy::Exact, 8, 5000);
+    }
+
+    #[test]
+    fn mutual_exclusion_always_lookup() {
+        mutual_exclusion(WaitPolicy::AlwaysLookup, 8, 5000);
+    }
+
+    #[test]
+    fn mutual_exclusion_unfiltered_wake_all() {
+        mutual_exclusion(WaitPolicy::UnfilteredWakeAll, 8, 5000);
+    }
+
+    #[test]
+    fn wait_clear_wakes_all_shared_waiters() {
+        let w = Arc::new(AtomicU64::new(WRITEBACK));
+        let done = Arc::new(AtomicUsize::new(0));
+        let hs: Vec<_> = (0..4)
+            .map(|_| {
+                let (w, done) = (w.clone(), done.clone());
+                std::thread::spawn(move || {
+                    wait_clear(&w, WRITEBACK);
+                    done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                })
+            })
+            .collect();
+        // Let them sleep; correctness does not depend on it, only what this test exercises.
+        while w.load(Ordering::Relaxed) & WAITERS == 0 {
+            std::thread::yield_now();
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(done.load(std::sync::atomic::Ordering::SeqCst), 0);
+        clear_and_wake(&w, WRITEBACK);
+        for h in hs {
+            h.join().unwrap();
+        }
+        assert_eq!(done.load(std::sync::atomic::Ordering::SeqCst), 4);
+        assert_eq!(
+            w.load(Ordering::Relaxed) & WAITERS,
+            0,
+            "WAITERS cleared exactly"
+        );
+    }
+
+    #[test]
+    fn waiting_on_another_bit_is_not_woken_by_unlock() {
+        let w = Arc::new(AtomicU64::new(WRITEBACK | LOCKED));
+        let h = {
+            let w = w.clone();
+            std::thread::spawn(move || wait_clear(&w, WRITEBACK))
+        };
+        while w.load(Ordering::Relaxed) & WAITERS == 0 {
+            std::thread::yield_now();
+        }
+        unlock(&w);
+        // The writeback waiter is still parked, so WAITERS must stay set.
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(!h.is_finished());
+        assert_ne!(w.load(Ordering::Relaxed) & WAITERS, 0);
+        clear_and_wake(&w, WRITEBACK);
+        h.join().unwrap();
+        assert_eq!(w.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn deadline_expires_and_leaves_no_trace() {
+        let w = AtomicU64::new(LOCKED);
+        let c = Cancel::with_deadline(Instant::now() + Duration::from_millis(30));
+        assert_eq!(lock_cancellable(&w, &c), Err(WaitError::TimedOut));
+        assert_eq!(w.load(Ordering::Relaxed), LOCKED, "no WAITERS left behind");
+        assert!(c.waits.lock().unwrap().is_empty());
+        let c = Cancel::with_deadline(Instant::now() + Duration::from_millis(10));
+        assert_eq!(
+            wait_clear_cancellable(&w, LOCKED, &c),
+            Err(WaitError::TimedOut)
+        );
+        assert_eq!(w.load(Ordering::Relaxed), LOCKED);
+    }
+
+    #[test]
+    fn cancel_wakes_sleepers_and_leaves_no_trace() {
+        let w = Arc::new(AtomicU64::new(LOCKED));
+        let c = Arc::new(Cancel::new());
+        let hs: Vec<_> = (0..3)
+            .map(|i| {
+                let (w, c) = (w.clone(), c.clone());
+                std::thread::spawn(move || {
+                    if i == 0 {
+                        wait_clear_cancellable(&w, LOCKED, &c)
+                    } else {
+                        lock_cancellable(&w, &c)
+                    }
+                })
+            })
+            .collect();
+        while c.waits.lock().unwrap().len() < 3 {
+            std::thread::yield_now();
+        }
+        c.cancel();
+        for h in hs {
+            assert_eq!(h.join().unwrap(), Err(WaitError::Cancelled));
+        }
+        assert_eq!(w.load(Ordering::Relaxed), LOCKED, "no WAITERS left behind");
+        // A cancelled Cancel refuses at once, even for a free lock only after trying it.
+        unlock(&w);
+        assert_eq!(lock_cancellable(&w, &c), Ok(()));
+        unlock(&w);
+    }
+
+    #[test]
+    fn cancel_one_waiter_leaves_the_other_waiting() {
+        let w = Arc::new(AtomicU64::new(LOCKED));
+        let c = Arc::new(Cancel::new());
+        let waiting = {
+            let w = w.clone();
+            std::thread::spawn(move || lock(&w))
+        };
+        let cancelled = {
+            let (w, c) = (w.clone(), c.clone());
+            std::thread::spawn(move || lock_cancellable(&w, &c))
+        };
+        while c.waits.lock().unwrap().is_empty() {
+            std::thread::yield_now();
+        }
+        c.cancel();
+        assert_eq!(cancelled.join().unwrap(), Err(WaitError::Cancelled));
+        // The other locker may not have parked yet, but once it has, WAITERS is set.
+        unlock(&w);
+        waiting.join().unwrap();
+        assert_eq!(w.load(Ordering::Relaxed) & LOCKED, LOCKED);
+        unlock(&w);
+        assert_eq!(w.load(Ordering::Relaxed), 0);
+    }
+
+    #[test]
+    fn handoff_happens_under_contention_with_zero_unfairness() {
+        // With unfairness 0 every woken locker that lost once asks for hand-off. Run a contended
+        // loop and check hand-offs were counted. (Other tests may run meanwhile; they only add.)
+        let before = crate::stats::read(Event::LockHandoffs);
+        let saved = lock_unfairness();
+        set_lock_unfairness(0);
+        mutual_exclusion(WaitPolicy::Exact, 4, 20_000);
+        set_lock_unfairness(saved);
+        let after = crate::stats::read(Event::LockHandoffs);
+        assert!(after > before, "no lock hand-off observed");
+    }
+}

@@ -22,6 +22,7 @@ pub(crate) enum ParkResult {
     /// `validate` returned false; the thread never slept.
     Invalid,
     /// The deadline passed; the thread left the queue on its own.
+    #[cfg_attr(loom, allow(dead_code))] // the loom stand-in has no clock
     TimedOut,
 }
 
@@ -191,6 +192,14 @@ mod imp {
         }
         result
     }
+
+    /// Runs `f` with the number of threads parked on `key`, under the queue lock.
+    pub(crate) fn with_parked<R>(key: usize, f: impl FnOnce(usize) -> R) -> R {
+        let q = QUEUE.lock().unwrap();
+        f(q.iter().filter(|p| p.key == key).count())
+    }
 }
 
+#[cfg(loom)]
+pub(crate) use imp::with_parked;
 pub(crate) use imp::{park, unpark_filter};
