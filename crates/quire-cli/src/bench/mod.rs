@@ -17,7 +17,6 @@ use comfy_table::{presets::UTF8_FULL_CONDENSED, Cell, CellAlignment, Table};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
-pub use harness::{measure, Measurement};
 
 /// A suite: a name, one line about it, an estimate of its steps (for the progress bar) and the
 /// function that runs it.
