@@ -10,6 +10,7 @@
 //! | [`sync::rcu`] | RCU read side | epoch guards for lock-free readers |
 //! | [`xarray`] | `lib/xarray.c` | the multi-order radix tree indexing every cached file |
 //! | [`dcache`] | `fs/dcache.c`, `fs/namei.c` | the dentry cache over a real directory tree |
+//! | [`filemap`] | `mm/filemap.c`, `mm/readahead.c`, `lib/errseq.c` | cached files: read, write, readahead, write-back |
 //! | [`mem`] | page allocator, `struct folio` | the frame pool, buddy allocator and folios |
 //! | [`store`] | the block layer below a file system | backing stores |
 //! | [`stats`] | `/proc/vmstat` | event counters |
@@ -17,6 +18,7 @@
 #![warn(missing_docs)]
 
 pub mod dcache;
+pub mod filemap;
 pub mod mem;
 pub mod stats;
 pub mod store;

@@ -1,0 +1,256 @@
+//! Readahead: spotting sequential streams and reading ahead of them, after the kernel's
+//! on-demand readahead (`mm/readahead.c`).
+//!
+//! Each open handle keeps a [`RaState`]: the window last read ahead and the index it last read.
+//! The page cache asks it two questions:
+//!
+//! - on a **miss** ([`RaState::on_miss`]): is this access part of a stream? A read at index 0 or
+//!   right after the previous one starts a window, sized from the request (a few times larger,
+//!   never more than the maximum); a read anywhere else is random and gets exactly what it asked
+//!   for, no readahead.
+//! - on reaching the **marker** ([`RaState::on_marker`]): the folio at `start + size - async_size`
+//!   of the current window was flagged when it was read. Touching it means the stream is
+//!   consuming the window, so the next window — larger, up to the maximum — is read
+//!   asynchronously, before the reader needs it.
+//!
+//! Windows are cut into naturally aligned pieces as large as possible ([`folio_orders`]) so that
+//! sequential data lands in large folios, as `page_cache_ra_order` does.
+//!
+//! | field | meaning |
+//! |---|---|
+//! | `start` | first index of the current window |
+//! | `size` | pages in the current window |
+//! | `async_size` | the last `async_size` pages of the window; the first of them carries the marker |
+//! | `prev` | the last index this handle read, for spotting sequential access |
+
+/// A window of pages to read: `[start, start + size)`, with the readahead marker on
+/// `marker` (if any).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RaWindow {
+    /// First index to read.
+    pub start: u64,
+    /// Number of pages.
+    pub size: u64,
+    /// The index whose folio gets the readahead marker, inside the window.
+    pub marker: Option<u64>,
+}
+
+/// One handle's readahead state; see the [module documentation](self).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RaState {
+    start: u64,
+    size: u64,
+    async_size: u64,
+    prev: Option<u64>,
+    max: u64,
+}
+
+fn initial_size(req: u64, max: u64) -> u64 {
+    let want = req.max(1).next_power_of_two();
+    let size = if want <= max / 32 {
+        want * 4
+    } else if want <= max / 4 {
+        want * 2
+    } else {
+        max
+    };
+    size.clamp(1, max.max(1))
+}
+
+fn next_size(cur: u64, max: u64) -> u64 {
+    let size = if cur < max / 16 {
+        cur * 4
+    } else if cur <= max / 2 {
+        cur * 2
+    } else {
+        max
+    };
+    size.clamp(1, max.max(1))
+}
+
+impl RaState {
+    /// A fresh state reading ahead at most `max_pages` pages at a time (0 disables readahead).
+    pub fn new(max_pages: u64) -> RaState {
+        RaState {
+            start: 0,
+            size: 0,
+            async_size: 0,
+            prev: None,
+            max: max_pages,
+        }
+    }
+
+    /// The largest window, in pages.
+    pub fn max_pages(&self) -> u64 {
+        self.max
+    }
+
+    /// Notes that the handle read up to and including `last`.
+    pub fn note_read(&mut self, last: u64) {
+        self.prev = Some(last);
+    }
+
+    fn sequential(&self, index: u64) -> bool {
+        match self.prev {
+            None => index == 0,
+            Some(p) => index == p || index == p.wrapping_add(1),
+        }
+    }
+
+    /// A read of `req` pages at `index` missed the cache. Returns what to read now: the request
+    /// itself if the access is random, or a readahead window that covers it.
+    pub fn on_miss(&mut self, index: u64, req: u64) -> RaWindow {
+        let req = req.max(1);
+        if self.max == 0 || !self.sequential(index) {
+            // Random access: no readahead, and forget any window.
+            self.size = 0;
+            self.async_size = 0;
+            return RaWindow {
+                start: index,
+                size: req,
+                marker: None,
+            };
+        }
+        let size = initial_size(req, self.max).max(req);
+        let async_size = if size > req { size - req } else { size / 2 };
+        self.start = index;
+        self.size = size;
+        self.async_size = async_size;
+        self.window()
+    }
+
+    /// A reader reached the folio at `index`, which carries the readahead marker. Returns the
+    /// next window to read asynchronously, or `None` if the marker is stale (not this stream's).
+    pub fn on_marker(&mut self, index: u64) -> Option<RaWindow> {
+        if self.max == 0 {
+            return None;
+        }
+        let expected = self.start + self.size - self.async_size;
+        if self.size == 0 || index != expected {
+            // Another handle's marker, or an interleaved stream: start a window here, as the
+            // kernel does when it finds a marker it did not expect.
+            if !self.sequential(index) {
+                return None;
+            }
+            self.start = index;
+            self.size = 0;
+        }
+        let next_start = self.start + self.size;
+        let size = next_size(self.size.max(1), self.max);
+        self.start = next_start;
+        self.size = size;
+        self.async_size = size;
+        Some(self.window())
+    }
+
+    fn window(&self) -> RaWindow {
+        RaWindow {
+            start: self.start,
+            size: self.size,
+            marker: (self.async_size > 0).then(|| self.start + self.size - self.async_size),
+        }
+    }
+}
+
+/// Cuts `[start, start + nr)` into naturally aligned pieces of order at most `max_order`,
+/// largest first where alignment allows: `(index, order)` pairs in index order.
+pub fn folio_orders(start: u64, nr: u64, max_order: u32) -> Vec<(u64, u32)> {
+    let mut out = Vec::new();
+    let end = start.saturating_add(nr);
+    let mut i = start;
+    while i < end {
+        let mut order = if i == 0 {
+            max_order
+        } else {
+            i.trailing_zeros().min(max_order)
+        };
+        while order > 0 && i + (1u64 << order) > end {
+            order -= 1;
+        }
+        out.push((i, order));
+        i += 1u64 << order;
+    }
+    out
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn random_access_reads_only_the_request() {
+        let mut ra = RaState::new(512);
+        ra.note_read(10);
+        let w = ra.on_miss(500, 1);
+        assert_eq!(
+            w,
+            RaWindow {
+                start: 500,
+                size: 1,
+                marker: None
+            }
+        );
+    }
+
+    #[test]
+    fn a_stream_grows_its_window_to_the_maximum() {
+        let mut ra = RaState::new(512);
+        let w = ra.on_miss(0, 1);
+        assert_eq!(w.start, 0);
+        assert_eq!(w.size, 4);
+        let mut marker = w.marker.expect("first window carries a marker");
+        assert!(marker > 0 && marker < 4);
+        let mut sizes = vec![w.size];
+        let mut end = w.start + w.size;
+        for _ in 0..8 {
+            ra.note_read(marker);
+            let w = ra.on_marker(marker).expect("stream continues");
+            assert_eq!(w.start, end, "windows are contiguous");
+            end = w.start + w.size;
+            sizes.push(w.size);
+            marker = w.marker.unwrap();
+            assert_eq!(marker, w.start, "the whole next window is asynchronous");
+        }
+        assert!(sizes.windows(2).all(|p| p[1] >= p[0]));
+        assert_eq!(*sizes.last().unwrap(), 512);
+    }
+
+    #[test]
+    fn large_requests_start_large() {
+        let mut ra = RaState::new(512);
+        let w = ra.on_miss(0, 256);
+        assert_eq!(w.size, 512);
+        let w2 = RaState::new(512).on_miss(0, 1000);
+        assert_eq!(w2.size, 1000, "never less than the request");
+    }
+
+    #[test]
+    fn stale_marker_from_a_random_reader_is_ignored() {
+        let mut ra = RaState::new(512);
+        ra.note_read(3);
+        assert_eq!(ra.on_marker(100), None);
+    }
+
+    #[test]
+    fn zero_max_disables_readahead() {
+        let mut ra = RaState::new(0);
+        assert_eq!(ra.on_miss(0, 2).size, 2);
+        assert_eq!(ra.on_marker(1), None);
+    }
+
+    #[test]
+    fn pieces_are_aligned_and_cover_the_range() {
+        for (start, nr) in [(0u64, 512u64), (3, 100), (512, 1024), (7, 1), (1000, 3000)] {
+            let pieces = folio_orders(start, nr, 9);
+            let mut i = start;
+            for &(idx, order) in &pieces {
+                assert_eq!(idx, i);
+                assert_eq!(idx % (1 << order), 0, "aligned");
+                assert!(order <= 9);
+                i += 1 << order;
+            }
+            assert_eq!(i, start + nr);
+        }
+        assert_eq!(folio_orders(0, 512, 9), vec![(0, 9)]);
+    }
+}
