@@ -1,1 +1,27 @@
-//! Memory: the frame pool, the buddy allocator and folio descriptors (issue 4, in progress).
+//! Memory: the frame pool, the buddy allocator and folio descriptors (DESIGN.md rules 1–3).
+//!
+//! - [`pool`]: one anonymous mapping of `capacity` bytes cut into 4 KiB frames, 2 MiB aligned,
+//!   with a descriptor ([`Folio`]) per frame — the memmap.
+//! - [`buddy`]: the allocator of naturally aligned blocks of 2^order frames (order 0 to 9), with
+//!   sharded caches for order 0.
+//! - [`folio`]: the descriptor's flag word, reference count and lock/wait operations, the owned
+//!   reference [`FolioRef`], the locked guard [`FolioGuard`] and [`FrozenFolio`].
+//!
+//! ```
+//! use quire::mem::FramePool;
+//! let pool = FramePool::new(4 << 20).unwrap();
+//! let folio = pool.alloc(0).unwrap();
+//! let mut guard = folio.lock();
+//! guard.bytes_mut().unwrap().copy_from_slice(&[7; 4096]);
+//! guard.mark_uptodate();
+//! let folio = guard.unlock();
+//! assert_eq!(folio.bytes().unwrap()[0], 7);
+//! ```
+
+pub mod buddy;
+pub mod folio;
+pub mod pool;
+
+pub use buddy::{Buddy, BuddyStats, MAX_ORDER};
+pub use folio::{Folio, FolioGuard, FolioRef, FrozenFolio, FRAME_SHIFT, FRAME_SIZE};
+pub use pool::{FramePool, PoolError};

@@ -1,0 +1,975 @@
+//! Folios: the descriptor of a block of 2^order frames (`struct folio`), the owned reference
+//! [`FolioRef`], the locked guard [`FolioGuard`] and the frozen state [`FrozenFolio`].
+//!
+//! Every 4 KiB frame of a [`FramePool`] has one [`Folio`] descriptor in the pool's descriptor
+//! array (the memmap). When frames are allocated as a folio of order k, the descriptor of its
+//! first frame (the *head*) describes the whole folio; the other 2^k − 1 descriptors (tails) stay
+//! unused with a reference count of zero, so that a speculative [`Folio::try_get`] on them fails.
+//! Descriptors live as long as the pool (DESIGN.md rule 1): a lock-free reader may hold a `&Folio`
+//! whose folio was freed and reused; it takes a reference with `try_get` and then re-checks
+//! whatever slot led it there.
+//!
+//! # The flag word
+//!
+//! One `AtomicU64` per folio (DESIGN.md rule 2). Bits 0 and 1 belong to [`crate::sync::bitwait`].
+//!
+//! | bit(s) | name | meaning | set / cleared |
+//! |---|---|---|---|
+//! | 0 | [`LOCKED`] | the folio lock (I/O in progress, index changes) | [`FolioRef::lock`] / guard drop (bitwait) |
+//! | 1 | [`WAITERS`] | a thread may sleep on this word | bitwait, under its wait-table lock |
+//! | 2 | [`UPTODATE`] | the bytes hold valid data; shared `&[u8]` may be lent | [`FolioGuard::mark_uptodate`] / [`FrozenFolio::clear_uptodate`], and at free |
+//! | 3 | [`DIRTY`] | the bytes differ from the store | page cache (`set_dirty` / `clear_dirty`) |
+//! | 4 | [`WRITEBACK`] | a write to the store is in flight | [`Folio::start_writeback`] / [`Folio::end_writeback`] (wakes) |
+//! | 5 | [`ERROR`] | the last I/O on the folio failed | page cache |
+//! | 6 | [`REFERENCED`] | accessed since reclaim last looked | page cache / reclaim |
+//! | 7 | [`ACTIVE`] | on the active list | reclaim |
+//! | 8 | [`WORKINGSET`] | refaulted while part of the working set | reclaim |
+//! | 9 | [`LRU`] | on an LRU list | reclaim |
+//! | 10 | [`ANON`] | anonymous memory, not file data | anon |
+//! | 11 | [`SWAPCACHE`] | in the swap cache | anon |
+//! | 12 | [`READAHEAD`] | reaching it triggers the next asynchronous readahead | readahead |
+//! | 13 | [`HEAD`] | this descriptor heads an allocated folio | allocation / free |
+//! | 14–15 | — | reserved for `mem` | |
+//! | 16–19 | order ([`ORDER_SHIFT`]) | log2 of the folio's frame count, 0..=9 | allocation only |
+//! | 20–31 | — | reserved for `mem` | |
+//! | 32–63 | — | free for upper layers (e.g. an LRU generation) | their owners, with RMW ops |
+//!
+//! State changes other than allocation and free are single read-modify-write operations on the
+//! word (`fetch_or` / `fetch_and`), so bits owned by different parties never overwrite each other.
+//! Allocation keeps [`LOCKED`] and [`WAITERS`] and replaces everything else with `HEAD | order`;
+//! free keeps `LOCKED` and `WAITERS` and clears the rest.
+//!
+//! # The reference count
+//!
+//! | count | meaning |
+//! |---|---|
+//! | 0 | free (in the buddy allocator), a tail, or *frozen* by a holder of the folio lock |
+//! | n > 0 | allocated, with n references: [`FolioRef`]s, [`FolioGuard`]s and raw references |
+//!
+//! - [`Folio::try_get`] increments unless the count is zero (a compare-and-swap loop, acquire on
+//!   success): the speculative reference of a lock-free lookup. It fails on free, tail and frozen
+//!   descriptors alike, and a reader that succeeds must re-check the slot it came from, since the
+//!   folio may have been freed and reallocated in between.
+//! - Cloning a `FolioRef` increments unconditionally (the count is known to be positive).
+//! - Dropping a `FolioRef` decrements (release); the thread that takes the count from 1 to 0
+//!   (followed by an acquire fence) owns the folio and returns its frames to the buddy allocator.
+//! - Freezing (with the folio locked) swaps an expected count for 0, so no new reference can be
+//!   taken, and unfreezing stores a count back. A page cache removes a folio from its index while
+//!   it is frozen, so a concurrent lookup either fails `try_get` or no longer finds the folio.
+//!
+//! A *raw* reference is a counted reference with no `FolioRef` value: what
+//! [`FolioRef::into_raw`] leaves (e.g. the page cache's own reference from its index), or a
+//! successful raw [`Folio::try_get`]. [`FramePool::ref_from_raw`] turns one back into a `FolioRef`.
+//!
+//! # Access to the bytes (why it is sound)
+//!
+//! The frames of a folio may be read through a shared `&[u8]` by many threads and written through
+//! a `&mut [u8]` by one; the rules below make those never overlap.
+//!
+//! 1. Shared access: [`FolioRef::bytes`] lends `&[u8]` only while [`UPTODATE`] is set (tested with
+//!    acquire ordering), for as long as the `FolioRef` is borrowed.
+//! 2. Exclusive access needs the folio lock, held through a [`FolioGuard`] (which owns one
+//!    reference and borrows nothing else), and one of:
+//!    - [`UPTODATE`] clear: [`FolioGuard::bytes_mut`]. Nobody else can hold a `&[u8]`: rule 1
+//!      refused it, and `UPTODATE` is only ever cleared while the count is frozen (no other
+//!      reference exists) or at free. The guard sets `UPTODATE` with
+//!      [`FolioGuard::mark_uptodate`], which takes `&mut self`, so the `&mut [u8]` has ended by
+//!      then, and publishes the bytes with release ordering.
+//!    - the count frozen: [`FolioGuard::freeze`] succeeds only when the count equals the guard's
+//!      own reference plus the raw references its caller vouches for, so no other `FolioRef` or
+//!      guard exists, and none can be made until the freeze ends. [`FrozenFolio::bytes_mut`]
+//!      then writes an up-to-date folio in place. If other references exist the freeze fails
+//!      and the writer must wait for them or write a copy (copy-on-write).
+//!
+//! So an up-to-date folio's bytes never change under a reader that holds a reference.
+//!
+//! # Finding the allocator
+//!
+//! A `FolioRef<'p>` holds the descriptor and the [`FramePool`] it belongs to, both borrowed for
+//! `'p`; the pool owns the descriptor array and the buddy allocator, so the last put frees into
+//! the right allocator, and the borrow checker keeps the pool alive while references exist.
+//! Raw references carry no lifetime: whoever keeps them (the page cache) must drop them before
+//! the pool.
+
+use std::fmt;
+use std::ptr::NonNull;
+
+use crate::mem::pool::FramePool;
+use crate::sync::bitwait::{self, Cancel, WaitError, WaitPolicy};
+use crate::sync::loom::{fence, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+
+pub use crate::sync::bitwait::{LOCKED, WAITERS};
+
+/// The bytes hold valid data; see the [module documentation](self).
+pub const UPTODATE: u64 = 1 << 2;
+/// The bytes differ from the backing store.
+pub const DIRTY: u64 = 1 << 3;
+/// A write of the folio to the store is in flight.
+pub const WRITEBACK: u64 = 1 << 4;
+/// The last I/O on the folio failed.
+pub const ERROR: u64 = 1 << 5;
+/// Accessed since reclaim last looked at it.
+pub const REFERENCED: u64 = 1 << 6;
+/// On the active LRU list.
+pub const ACTIVE: u64 = 1 << 7;
+/// Refaulted while part of the working set.
+pub const WORKINGSET: u64 = 1 << 8;
+/// On an LRU list.
+pub const LRU: u64 = 1 << 9;
+/// Anonymous memory rather than file data.
+pub const ANON: u64 = 1 << 10;
+/// In the swap cache.
+pub const SWAPCACHE: u64 = 1 << 11;
+/// Reaching this folio triggers the next asynchronous readahead.
+pub const READAHEAD: u64 = 1 << 12;
+/// This descriptor heads an allocated folio.
+pub const HEAD: u64 = 1 << 13;
+/// Where the order is stored in the flag word.
+pub const ORDER_SHIFT: u32 = 16;
+/// The order's bits in the flag word.
+pub const ORDER_MASK: u64 = 0xf << ORDER_SHIFT;
+/// The bits upper layers may use (with read-modify-write operations on the word).
+pub const OWNER_BITS: u64 = 0xffff_ffff << 32;
+
+/// Size of one frame in bytes.
+pub const FRAME_SIZE: usize = 4096;
+/// log2 of [`FRAME_SIZE`].
+pub const FRAME_SHIFT: u32 = 12;
+
+/// One descriptor of the memmap; the head descriptor of a folio describes the folio. See the
+/// [module documentation](self) for the flag word and the counting rules.
+#[repr(C, align(64))]
+pub struct Folio {
+    flags: AtomicU64,
+    refcount: AtomicU32,
+    /// The owner's id (the page cache's file), 0 for none.
+    mapping: AtomicUsize,
+    /// The folio's index in its owner (in frames, as the page cache counts).
+    index: AtomicU64,
+    /// A word for the owner's use (the kernel's `folio->private`).
+    private: AtomicUsize,
+}
+
+macro_rules! flag_ops {
+    ($($(#[$doc:meta])* $flag:ident: $is:ident, $set:ident, $clear:ident;)*) => {
+        $(
+            $(#[$doc])*
+            #[inline]
+            pub fn $is(&self) -> bool {
+                self.flags.load(Ordering::Acquire) & $flag != 0
+            }
+
+            #[doc = concat!("Sets [`", stringify!($flag), "`]; returns whether it was already set.")]
+            #[inline]
+            pub fn $set(&self) -> bool {
+                self.flags.fetch_or($flag, Ordering::AcqRel) & $flag != 0
+            }
+
+            #[doc = concat!("Clears [`", stringify!($flag), "`]; returns whether it was set.")]
+            #[inline]
+            pub fn $clear(&self) -> bool {
+                self.flags.fetch_and(!$flag, Ordering::AcqRel) & $flag != 0
+            }
+        )*
+    };
+}
+
+impl Folio {
+    /// A free descriptor: no flags, count 0.
+    pub(crate) fn new() -> Folio {
+        Folio {
+            flags: AtomicU64::new(0),
+            refcount: AtomicU32::new(0),
+            mapping: AtomicUsize::new(0),
+            index: AtomicU64::new(0),
+            private: AtomicUsize::new(0),
+        }
+    }
+
+    /// The whole flag word (acquire). For diagnostics and for the owner bits ([`OWNER_BITS`]).
+    #[inline]
+    pub fn flags(&self) -> u64 {
+        self.flags.load(Ordering::Acquire)
+    }
+
+    /// Sets bits of [`OWNER_BITS`]; returns the previous word. Other bits in `bits` are ignored.
+    #[inline]
+    pub fn set_owner_bits(&self, bits: u64) -> u64 {
+        self.flags.fetch_or(bits & OWNER_BITS, Ordering::AcqRel)
+    }
+
+    /// Clears bits of [`OWNER_BITS`]; returns the previous word. Other bits in `bits` are
+    /// ignored.
+    #[inline]
+    pub fn clear_owner_bits(&self, bits: u64) -> u64 {
+        self.flags.fetch_and(!(bits & OWNER_BITS), Ordering::AcqRel)
+    }
+
+    /// The folio's order: it spans 2^order frames. Meaningful while a reference is held.
+    #[inline]
+    pub fn order(&self) -> u32 {
+        ((self.flags.load(Ordering::Acquire) & ORDER_MASK) >> ORDER_SHIFT) as u32
+    }
+
+    /// Frames in the folio (2^order).
+    #[inline]
+    pub fn nr_frames(&self) -> usize {
+        1 << self.order()
+    }
+
+    /// Bytes in the folio (4 KiB << order).
+    #[inline]
+    pub fn size(&self) -> usize {
+        FRAME_SIZE << self.order()
+    }
+
+    /// Whether this descriptor heads an allocated folio.
+    #[inline]
+    pub fn is_head(&self) -> bool {
+        self.flags.load(Ordering::Acquire) & HEAD != 0
+    }
+
+    /// Whether the bytes hold valid data.
+    #[inline]
+    pub fn is_uptodate(&self) -> bool {
+        self.flags.load(Ordering::Acquire) & UPTODATE != 0
+    }
+
+    /// Whether the folio lock is held.
+    #[inline]
+    pub fn is_locked(&self) -> bool {
+        self.flags.load(Ordering::Acquire) & LOCKED != 0
+    }
+
+    /// Whether write-back is in flight.
+    #[inline]
+    pub fn is_writeback(&self) -> bool {
+        self.flags.load(Ordering::Acquire) & WRITEBACK != 0
+    }
+
+    flag_ops! {
+        /// Whether the bytes differ from the store.
+        DIRTY: is_dirty, set_dirty, clear_dirty;
+        /// Whether the last I/O failed.
+        ERROR: is_error, set_error, clear_error;
+        /// Whether the folio was accessed since reclaim last looked.
+        REFERENCED: is_referenced, set_referenced, clear_referenced;
+        /// Whether the folio is on the active list.
+        ACTIVE: is_active, set_active, clear_active;
+        /// Whether the folio refaulted while in the working set.
+        WORKINGSET: is_workingset, set_workingset, clear_workingset;
+        /// Whether the folio is on an LRU list.
+        LRU: is_lru, set_lru, clear_lru;
+        /// Whether the folio holds anonymous memory.
+        ANON: is_anon, set_anon, clear_anon;
+        /// Whether the folio is in the swap cache.
+        SWAPCACHE: is_swapcache, set_swapcache, clear_swapcache;
+        /// Whether reaching the folio triggers asynchronous readahead.
+        READAHEAD: is_readahead, set_readahead, clear_readahead;
+    }
+
+    // ---- reference count ----
+
+    /// A racy snapshot of the reference count.
+    #[inline]
+    pub fn ref_count(&self) -> u32 {
+        self.refcount.load(Ordering::Relaxed)
+    }
+
+    /// Takes a raw reference unless the count is zero (free, tail or frozen); acquire on success.
+    /// The speculative reference of a lock-free lookup: re-check the slot afterwards. Prefer
+    /// [`FramePool::try_get`], which returns a [`FolioRef`]; a raw reference taken here is leaked
+    /// unless it is turned into one with [`FramePool::ref_from_raw`].
+    #[inline]
+    pub fn try_get(&self) -> bool {
+        let mut c = self.refcount.load(Ordering::Relaxed);
+        loop {
+            if c == 0 {
+                return false;
+            }
+            assert!(c < u32::MAX, "folio reference count overflow");
+            match self.refcount.compare_exchange_weak(
+                c,
+                c + 1,
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return true,
+                Err(now) => c = now,
+            }
+        }
+    }
+
+    /// Unconditional increment, for a holder of a reference.
+    #[inline]
+    fn get(&self) {
+        let old = self.refcount.fetch_add(1, Ordering::Relaxed);
+        assert!(
+            old != 0 && old < u32::MAX / 2,
+            "folio reference count overflow"
+        );
+    }
+
+    /// Drops one reference; true when it was the last one (the caller now owns the folio).
+    #[inline]
+    fn put(&self) -> bool {
+        let old = self.refcount.fetch_sub(1, Ordering::Release);
+        if old == 1 {
+            fence(Ordering::Acquire);
+            return true;
+        }
+        assert!(
+            old != 0,
+            "folio reference count underflow (put on a free or frozen folio)"
+        );
+        false
+    }
+
+    /// Sets the count from `expected` to 0 if it is `expected`: nobody can take a new reference
+    /// until [`Folio::unfreeze`]. Acquire on success.
+    ///
+    /// # Safety
+    ///
+    /// The caller must own all `expected` references for the duration of the freeze — none of
+    /// their holders may drop, clone or use them (nor read the folio's bytes) until the caller
+    /// unfreezes — and must unfreeze. Prefer [`FolioGuard::freeze`].
+    #[inline]
+    pub unsafe fn try_freeze(&self, expected: u32) -> bool {
+        expected != 0
+            && self
+                .refcount
+                .compare_exchange(expected, 0, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+    }
+
+    /// Ends a freeze: stores `count` (release).
+    ///
+    /// # Safety
+    ///
+    /// The caller froze the folio with [`Folio::try_freeze`] and `count` is the number of
+    /// references that exist now (at least 1: dropping the last one frees the folio).
+    #[inline]
+    pub unsafe fn unfreeze(&self, count: u32) {
+        debug_assert_eq!(self.refcount.load(Ordering::Relaxed), 0);
+        debug_assert!(count > 0);
+        self.refcount.store(count, Ordering::Release);
+    }
+
+    // ---- owner ----
+
+    /// The owner's id (the page cache's file), 0 for none.
+    #[inline]
+    pub fn mapping(&self) -> usize {
+        self.mapping.load(Ordering::Acquire)
+    }
+
+    /// Sets the owner's id; the page cache does it with the folio locked, before publishing it.
+    #[inline]
+    pub fn set_mapping(&self, mapping: usize) {
+        self.mapping.store(mapping, Ordering::Release);
+    }
+
+    /// The folio's index in its owner.
+    #[inline]
+    pub fn index(&self) -> u64 {
+        self.index.load(Ordering::Acquire)
+    }
+
+    /// Sets the folio's index in its owner.
+    #[inline]
+    pub fn set_index(&self, index: u64) {
+        self.index.store(index, Ordering::Release);
+    }
+
+    /// The owner's private word.
+    #[inline]
+    pub fn private(&self) -> usize {
+        self.private.load(Ordering::Acquire)
+    }
+
+    /// Sets the owner's private word.
+    #[inline]
+    pub fn set_private(&self, value: usize) {
+        self.private.store(value, Ordering::Release);
+    }
+
+    // ---- lock and waits (bitwait) ----
+
+    /// Takes the folio lock without a guard if it is free (acquire). Call only while holding a
+    /// reference. Release it with [`Folio::unlock`]; to touch the bytes, lock through
+    /// [`FolioRef::lock`] instead.
+    #[inline]
+    pub fn try_lock(&self) -> bool {
+        bitwait::try_lock(&self.flags)
+    }
+
+    /// Takes the folio lock without a guard, sleeping while it is held; see [`Folio::try_lock`].
+    #[inline]
+    pub fn lock(&self) {
+        bitwait::lock(&self.flags)
+    }
+
+    /// [`Folio::lock`] under a wait policy (benchmarks: the "before" variants).
+    #[inline]
+    pub fn lock_with(&self, policy: WaitPolicy) {
+        policy.lock(&self.flags)
+    }
+
+    /// Releases a lock taken with [`Folio::lock`] or [`Folio::try_lock`]: one release
+    /// read-modify-write; the wait table only if somebody waits.
+    ///
+    /// # Safety
+    ///
+    /// The calling thread (or one that handed it over) took the lock without a guard and still
+    /// holds it. Unlocking a lock held by a [`FolioGuard`] would let two threads write the bytes.
+    #[inline]
+    pub unsafe fn unlock(&self) {
+        bitwait::unlock(&self.flags)
+    }
+
+    /// [`Folio::unlock`] under a wait policy.
+    ///
+    /// # Safety
+    ///
+    /// As for [`Folio::unlock`].
+    #[inline]
+    pub unsafe fn unlock_with(&self, policy: WaitPolicy) {
+        policy.unlock(&self.flags)
+    }
+
+    /// Sleeps until the folio is unlocked (acquire), without taking the lock.
+    #[inline]
+    pub fn wait_locked(&self) {
+        bitwait::wait_clear(&self.flags, LOCKED)
+    }
+
+    /// [`Folio::wait_locked`] under a wait policy.
+    #[inline]
+    pub fn wait_locked_with(&self, policy: WaitPolicy) {
+        policy.wait_clear(&self.flags, LOCKED)
+    }
+
+    /// Sleeps until the folio is unlocked, or until `cancel` fires.
+    #[inline]
+    pub fn wait_locked_cancellable(&self, cancel: &Cancel) -> Result<(), WaitError> {
+        bitwait::wait_clear_cancellable(&self.flags, LOCKED, cancel)
+    }
+
+    /// Marks write-back in flight; returns whether it already was. The page cache calls it with
+    /// the folio locked, after clearing [`DIRTY`], and may unlock before the I/O completes.
+    #[inline]
+    pub fn start_writeback(&self) -> bool {
+        bitwait::set_bit(&self.flags, WRITEBACK)
+    }
+
+    /// Ends write-back: clears [`WRITEBACK`] (release) and wakes whoever waits for it.
+    #[inline]
+    pub fn end_writeback(&self) {
+        bitwait::clear_and_wake(&self.flags, WRITEBACK)
+    }
+
+    /// [`Folio::end_writeback`] under a wait policy.
+    #[inline]
+    pub fn end_writeback_with(&self, policy: WaitPolicy) {
+        policy.clear_and_wake(&self.flags, WRITEBACK)
+    }
+
+    /// Sleeps until no write-back is in flight (acquire).
+    #[inline]
+    pub fn wait_writeback(&self) {
+        bitwait::wait_clear(&self.flags, WRITEBACK)
+    }
+
+    /// [`Folio::wait_writeback`] under a wait policy.
+    #[inline]
+    pub fn wait_writeback_with(&self, policy: WaitPolicy) {
+        policy.wait_clear(&self.flags, WRITEBACK)
+    }
+
+    /// Sleeps until no write-back is in flight, or until `cancel` fires.
+    #[inline]
+    pub fn wait_writeback_cancellable(&self, cancel: &Cancel) -> Result<(), WaitError> {
+        bitwait::wait_clear_cancellable(&self.flags, WRITEBACK, cancel)
+    }
+
+    // ---- allocation and free (the pool) ----
+
+    /// Prepares a descriptor the buddy allocator just handed out as the head of a folio of
+    /// `order` with one reference. The count is stored last, with release ordering, so that a
+    /// speculative `try_get` that succeeds sees the new state.
+    pub(crate) fn init_allocated(&self, order: u32) {
+        debug_assert_eq!(self.refcount.load(Ordering::Relaxed), 0);
+        self.mapping.store(0, Ordering::Relaxed);
+        self.index.store(0, Ordering::Relaxed);
+        self.private.store(0, Ordering::Relaxed);
+        let _ = self
+            .flags
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |f| {
+                Some((f & (LOCKED | WAITERS)) | HEAD | (u64::from(order) << ORDER_SHIFT))
+            });
+        self.refcount.store(1, Ordering::Release);
+    }
+
+    /// Resets a folio whose count just reached zero; returns its order. Only [`LOCKED`] and
+    /// [`WAITERS`] survive (bitwait's, which a stray guardless locker may hold).
+    pub(crate) fn reset_freed(&self) -> u32 {
+        let old = self.flags.fetch_and(LOCKED | WAITERS, Ordering::Relaxed);
+        debug_assert!(old & HEAD != 0, "freeing a descriptor that heads no folio");
+        debug_assert!(
+            old & (LOCKED | DIRTY | WRITEBACK) == 0,
+            "freeing a folio that is locked, dirty or under write-back: {old:#x}"
+        );
+        self.mapping.store(0, Ordering::Relaxed);
+        self.index.store(0, Ordering::Relaxed);
+        self.private.store(0, Ordering::Relaxed);
+        ((old & ORDER_MASK) >> ORDER_SHIFT) as u32
+    }
+}
+
+impl fmt::Debug for Folio {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Folio")
+            .field("flags", &format_args!("{:#x}", self.flags()))
+            .field("order", &self.order())
+            .field("refcount", &self.ref_count())
+            .field("mapping", &self.mapping())
+            .field("index", &self.index())
+            .finish()
+    }
+}
+
+/// An owned reference to an allocated folio: dropping it puts the reference, and the last put
+/// returns the frames to the pool's buddy allocator. Dereferences to the [`Folio`] descriptor.
+pub struct FolioRef<'p> {
+    folio: &'p Folio,
+    pool: &'p FramePool,
+}
+
+// `FolioRef` is `Send` and `Sync` because `Folio` and `FramePool` are `Sync`: moving or sharing
+// a reference only moves or shares the right to read up-to-date bytes, which is thread-safe.
+
+impl<'p> FolioRef<'p> {
+    /// Wraps a reference the caller owns.
+    #[inline]
+    pub(crate) fn from_parts(folio: &'p Folio, pool: &'p FramePool) -> FolioRef<'p> {
+        FolioRef { folio, pool }
+    }
+
+    /// The descriptor.
+    #[inline]
+    pub fn folio(&self) -> &'p Folio {
+        self.folio
+    }
+
+    /// The pool the folio belongs to.
+    #[inline]
+    pub fn pool(&self) -> &'p FramePool {
+        self.pool
+    }
+
+    /// The folio's first frame number in its pool.
+    #[inline]
+    pub fn pfn(&self) -> usize {
+        self.pool.pfn_of_desc(self.folio)
+    }
+
+    /// The address of the folio's first byte (page aligned; 2^order × 4 KiB aligned). Reading or
+    /// writing through it is subject to the rules in the [module documentation](self).
+    #[inline]
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.pool.frame_ptr(self.pfn())
+    }
+
+    /// The folio's bytes, without copying, if it is up to date (`None` otherwise). They cannot
+    /// change while this reference is borrowed; see the [module documentation](self).
+    #[inline]
+    pub fn bytes(&self) -> Option<&[u8]> {
+        if !self.folio.is_uptodate() {
+            return None;
+        }
+        // SAFETY: the frames belong to this folio while we hold a reference (it cannot be freed),
+        // lie inside the pool's mapping, and are initialised (anonymous memory starts zeroed and
+        // is only ever written with bytes). UPTODATE was set (acquire, pairing with the release in
+        // `mark_uptodate`), so no `&mut` to them exists or can be made while this borrow of a
+        // counted reference lasts (module documentation, "Access to the bytes").
+        Some(unsafe { std::slice::from_raw_parts(self.as_ptr(), self.folio.size()) })
+    }
+
+    /// Takes the folio lock, sleeping while another thread holds it.
+    #[inline]
+    pub fn lock(self) -> FolioGuard<'p> {
+        self.lock_with(WaitPolicy::Exact)
+    }
+
+    /// Takes the folio lock under a wait policy; the guard unlocks under the same policy. Every
+    /// party locking one folio must use the same policy.
+    #[inline]
+    pub fn lock_with(self, policy: WaitPolicy) -> FolioGuard<'p> {
+        policy.lock(&self.folio.flags);
+        FolioGuard::from_ref(self, policy)
+    }
+
+    /// Takes the folio lock if it is free; gives the reference back otherwise.
+    #[inline]
+    pub fn try_lock(self) -> Result<FolioGuard<'p>, FolioRef<'p>> {
+        if bitwait::try_lock(&self.folio.flags) {
+            Ok(FolioGuard::from_ref(self, WaitPolicy::Exact))
+        } else {
+            Err(self)
+        }
+    }
+
+    /// Takes the folio lock, or gives up when `cancel` fires (returning the reference).
+    pub fn lock_cancellable(
+        self,
+        cancel: &Cancel,
+    ) -> Result<FolioGuard<'p>, (FolioRef<'p>, WaitError)> {
+        match bitwait::lock_cancellable(&self.folio.flags, cancel) {
+            Ok(()) => Ok(FolioGuard::from_ref(self, WaitPolicy::Exact)),
+            Err(e) => Err((self, e)),
+        }
+    }
+
+    /// Gives up the `FolioRef` without putting the reference: it becomes a raw reference, to be
+    /// turned back with [`FramePool::ref_from_raw`] (e.g. the page cache's own reference, stored
+    /// as a pointer in its index).
+    #[inline]
+    pub fn into_raw(self) -> NonNull<Folio> {
+        let p = NonNull::from(self.folio);
+        std::mem::forget(self);
+        p
+    }
+}
+
+impl Clone for FolioRef<'_> {
+    #[inline]
+    fn clone(&self) -> Self {
+        self.folio.get();
+        FolioRef {
+            folio: self.folio,
+            pool: self.pool,
+        }
+    }
+}
+
+impl Drop for FolioRef<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        if self.folio.put() {
+            self.pool.free_folio(self.folio);
+        }
+    }
+}
+
+impl std::ops::Deref for FolioRef<'_> {
+    type Target = Folio;
+    #[inline]
+    fn deref(&self) -> &Folio {
+        self.folio
+    }
+}
+
+impl fmt::Debug for FolioRef<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FolioRef")
+            .field("pfn", &self.pfn())
+            .field("folio", self.folio)
+            .finish()
+    }
+}
+
+/// A reference to a folio whose lock this guard holds. Dropping it unlocks and then puts the
+/// reference; [`FolioGuard::unlock`] unlocks and keeps the reference.
+pub struct FolioGuard<'p> {
+    folio: &'p Folio,
+    pool: &'p FramePool,
+    policy: WaitPolicy,
+}
+
+// `FolioGuard` is `Send` (bitwait allows unlocking from another thread, e.g. when an I/O
+// completes there) and `Sync` (a shared guard only lends `&[u8]`).
+
+impl<'p> FolioGuard<'p> {
+    #[inline]
+    fn from_ref(r: FolioRef<'p>, policy: WaitPolicy) -> FolioGuard<'p> {
+        let (folio, pool) = (r.folio, r.pool);
+        std::mem::forget(r);
+        FolioGuard {
+            folio,
+            pool,
+            policy,
+        }
+    }
+
+    /// The descriptor.
+    #[inline]
+    pub fn folio(&self) -> &'p Folio {
+        self.folio
+    }
+
+    /// The pool the folio belongs to.
+    #[inline]
+    pub fn pool(&self) -> &'p FramePool {
+        self.pool
+    }
+
+    /// The folio's first frame number.
+    #[inline]
+    pub fn pfn(&self) -> usize {
+        self.pool.pfn_of_desc(self.folio)
+    }
+
+    /// The folio's bytes, up to date or not (the lock holder may look at what it is filling).
+    #[inline]
+    pub fn bytes(&self) -> &[u8] {
+        // SAFETY: the frames belong to the folio while we hold its reference. If UPTODATE is set,
+        // only shared borrows exist. If it is clear, no `FolioRef` can lend bytes and no other
+        // guard exists (we hold the lock); the only `&mut` would come from `bytes_mut` on this
+        // guard, which needs `&mut self`.
+        unsafe { std::slice::from_raw_parts(self.pool.frame_ptr(self.pfn()), self.folio.size()) }
+    }
+
+    /// The folio's bytes for writing, if it is not up to date (`None` if it is: see
+    /// [`FolioGuard::freeze`]). This is where a read from the store lands.
+    #[inline]
+    pub fn bytes_mut(&mut self) -> Option<&mut [u8]> {
+        if self.folio.is_uptodate() {
+            return None;
+        }
+        // SAFETY: we hold the lock and a reference, and UPTODATE is clear: no other thread can
+        // hold a borrow of these bytes (module documentation, "Access to the bytes"), and this
+        // guard's own borrows are excluded by `&mut self`.
+        Some(unsafe {
+            std::slice::from_raw_parts_mut(self.pool.frame_ptr(self.pfn()), self.folio.size())
+        })
+    }
+
+    /// Sets [`UPTODATE`] (release): from now on references lend the bytes. Returns whether it was
+    /// already set.
+    #[inline]
+    pub fn mark_uptodate(&mut self) -> bool {
+        self.folio.flags.fetch_or(UPTODATE, Ordering::Release) & UPTODATE != 0
+    }
+
+    /// Freezes the reference count for exclusive access to an up-to-date folio: succeeds when the
+    /// count is exactly this guard's reference plus `raw_refs`, and then no other reference can be
+    /// taken until the [`FrozenFolio`] is dropped (which restores the count). `None` when other
+    /// references exist.
+    ///
+    /// # Safety
+    ///
+    /// `raw_refs` raw references (see the [module documentation](self)) must exist and be owned
+    /// by the caller for the duration of the freeze: nobody may turn them into a [`FolioRef`],
+    /// drop or clone them, or read the folio's bytes through them until the freeze ends. (A wrong
+    /// count could otherwise succeed while another thread reads the bytes.)
+    #[inline]
+    pub unsafe fn freeze(&mut self, raw_refs: u32) -> Option<FrozenFolio<'_, 'p>> {
+        let expected = raw_refs.checked_add(1)?;
+        // SAFETY: the guard's own reference and, by the caller's promise, `raw_refs` raw ones are
+        // owned by this freeze; `FrozenFolio` unfreezes on drop.
+        if unsafe { self.folio.try_freeze(expected) } {
+            Some(FrozenFolio {
+                guard: self,
+                restore: expected,
+            })
+        } else {
+            None
+        }
+    }
+
+    /// Gives up the guard without unlocking or putting: the lock and the reference become raw,
+    /// to be taken back with [`FramePool::guard_from_raw`] — e.g. by the thread that completes an
+    /// asynchronous read and then unlocks.
+    #[inline]
+    pub fn into_raw(self) -> (NonNull<Folio>, WaitPolicy) {
+        let r = (NonNull::from(self.folio), self.policy);
+        std::mem::forget(self);
+        r
+    }
+
+    /// Wraps a lock and a reference the caller owns.
+    #[inline]
+    pub(crate) fn from_parts(
+        folio: &'p Folio,
+        pool: &'p FramePool,
+        policy: WaitPolicy,
+    ) -> FolioGuard<'p> {
+        FolioGuard {
+            folio,
+            pool,
+            policy,
+        }
+    }
+
+    /// Unlocks and returns the reference.
+    #[inline]
+    pub fn unlock(self) -> FolioRef<'p> {
+        let (folio, pool, policy) = (self.folio, self.pool, self.policy);
+        std::mem::forget(self);
+        policy.unlock(&folio.flags);
+        FolioRef { folio, pool }
+    }
+}
+
+impl Drop for FolioGuard<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        self.policy.unlock(&self.folio.flags);
+        if self.folio.put() {
+            self.pool.free_folio(self.folio);
+        }
+    }
+}
+
+impl std::ops::Deref for FolioGuard<'_> {
+    type Target = Folio;
+    #[inline]
+    fn deref(&self) -> &Folio {
+        self.folio
+    }
+}
+
+impl fmt::Debug for FolioGuard<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FolioGuard")
+            .field("pfn", &self.pfn())
+            .field("folio", self.folio)
+            .finish()
+    }
+}
+
+/// A locked folio with its reference count frozen at zero: the only access to it is through this
+/// value. Dropping it unfreezes (restores the count, minus raw references released with
+/// [`FrozenFolio::release_raw_refs`]).
+pub struct FrozenFolio<'g, 'p> {
+    guard: &'g mut FolioGuard<'p>,
+    restore: u32,
+}
+
+impl FrozenFolio<'_, '_> {
+    /// The descriptor.
+    #[inline]
+    pub fn folio(&self) -> &Folio {
+        self.guard.folio
+    }
+
+    /// The folio's bytes.
+    #[inline]
+    pub fn bytes(&self) -> &[u8] {
+        self.guard.bytes()
+    }
+
+    /// The folio's bytes for writing, up to date or not.
+    #[inline]
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        let (ptr, len) = (
+            self.guard.pool.frame_ptr(self.guard.pfn()),
+            self.guard.folio.size(),
+        );
+        // SAFETY: the count is frozen at zero, so no reference other than those owned by this
+        // freeze exists or can be taken, and the freeze's owner promised not to read through the
+        // raw ones; the guard is mutably borrowed by `self`, and `&mut self` excludes our own
+        // other borrows.
+        unsafe { std::slice::from_raw_parts_mut(ptr, len) }
+    }
+
+    /// Sets [`UPTODATE`].
+    #[inline]
+    pub fn mark_uptodate(&mut self) {
+        self.guard.folio.flags.fetch_or(UPTODATE, Ordering::Release);
+    }
+
+    /// Clears [`UPTODATE`] (e.g. on invalidation): references taken after the freeze no longer
+    /// lend the bytes.
+    #[inline]
+    pub fn clear_uptodate(&mut self) {
+        self.guard
+            .folio
+            .flags
+            .fetch_and(!UPTODATE, Ordering::Release);
+    }
+
+    /// Records that `n` of the raw references owned by this freeze are gone (e.g. the page cache
+    /// removed the folio from its index, and with it the index's reference): the count restored
+    /// on unfreeze is smaller by `n`. Returns false (and changes nothing) if `n` is more than the
+    /// raw references the freeze owns.
+    ///
+    /// # Safety
+    ///
+    /// The holders of those `n` raw references must never use them again.
+    #[inline]
+    pub unsafe fn release_raw_refs(&mut self, n: u32) -> bool {
+        // The guard's own reference is never released here.
+        if n > self.restore - 1 {
+            return false;
+        }
+        self.restore -= n;
+        true
+    }
+
+    /// The count that dropping this value restores.
+    #[inline]
+    pub fn restore_count(&self) -> u32 {
+        self.restore
+    }
+}
+
+impl Drop for FrozenFolio<'_, '_> {
+    #[inline]
+    fn drop(&mut self) {
+        // SAFETY: this value froze the folio, and `restore` counts the guard's reference and the
+        // raw references still owned (at least 1).
+        unsafe { self.guard.folio.unfreeze(self.restore) };
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn descriptor_is_one_cache_line() {
+        assert_eq!(std::mem::size_of::<Folio>(), 64);
+        assert_eq!(std::mem::align_of::<Folio>(), 64);
+    }
+
+    #[test]
+    fn flag_bits_are_distinct() {
+        let bits = [
+            LOCKED, WAITERS, UPTODATE, DIRTY, WRITEBACK, ERROR, REFERENCED, ACTIVE, WORKINGSET,
+            LRU, ANON, SWAPCACHE, READAHEAD, HEAD,
+        ];
+        let mut all = 0u64;
+        for b in bits {
+            assert_eq!(b.count_ones(), 1);
+            assert_eq!(all & b, 0);
+            all |= b;
+        }
+        assert_eq!(all & ORDER_MASK, 0);
+        assert_eq!(all & OWNER_BITS, 0);
+        assert_eq!(ORDER_MASK & OWNER_BITS, 0);
+        assert!(u64::from(crate::mem::buddy::MAX_ORDER) <= ORDER_MASK >> ORDER_SHIFT);
+    }
+
+    #[test]
+    fn try_get_fails_at_zero_and_freeze_blocks_it() {
+        let f = Folio::new();
+        assert!(!f.try_get());
+        f.init_allocated(0);
+        assert!(f.try_get());
+        assert_eq!(f.ref_count(), 2);
+        // SAFETY: this test owns both references and unfreezes below.
+        unsafe {
+            assert!(!f.try_freeze(1));
+            assert!(f.try_freeze(2));
+        }
+        assert!(!f.try_get());
+        // SAFETY: frozen above; two references exist.
+        unsafe { f.unfreeze(2) };
+        assert!(f.try_get());
+        assert!(!f.put());
+        assert!(!f.put());
+        assert!(f.put());
+        assert_eq!(f.reset_freed(), 0);
+    }
+}

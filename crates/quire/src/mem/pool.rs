@@ -1,0 +1,382 @@
+//! The frame pool: all the memory a cache will ever use, mapped once (DESIGN.md rule 1).
+//!
+//! # Layout
+//!
+//! ```text
+//!  base (2 MiB aligned)                                           base + capacity
+//!  | frame 0 | frame 1 | ...                         | frame n-1 |
+//!  descs: [Folio; n]  — one 64-byte descriptor per frame (the memmap), same index
+//! ```
+//!
+//! - One anonymous private mapping of `capacity` bytes, a multiple of 4 KiB. The pool maps
+//!   2 MiB − 4 KiB more than it needs and unmaps the slack on both sides so that `base` is
+//!   2 MiB aligned: frame numbers then have the alignment of addresses, and a naturally aligned
+//!   block of 2^k frames from the buddy allocator is a naturally aligned 4 KiB << k region — an
+//!   order-9 folio can sit in one transparent huge page. The pool asks for huge pages with
+//!   `madvise(MADV_HUGEPAGE)` and carries on if the kernel refuses
+//!   ([`FramePool::huge_pages_advised`] tells which).
+//! - The descriptor array is parallel to the frames: `descs[pfn]` describes frame `pfn`, and the
+//!   head descriptor of a folio describes the folio (see [`crate::mem::folio`]). Descriptors are
+//!   allocated with the pool and freed with it, never before, so a `&Folio` found by a lock-free
+//!   reader always points at a live descriptor (possibly of a reused folio).
+//! - The buddy allocator ([`crate::mem::buddy`]) hands out frame numbers.
+//!
+//! Fresh anonymous memory is zero, but frames are reused: [`FramePool::alloc`] returns whatever
+//! the last user left (the page cache fills folios by reading), [`FramePool::alloc_zeroed`]
+//! clears them first.
+//!
+//! Dropping the pool unmaps the memory; the borrow checker keeps it alive while [`FolioRef`]s
+//! exist (they borrow it).
+
+use std::ffi::c_void;
+use std::ptr::NonNull;
+
+use rustix::mm::{self, Advice, MapFlags, ProtFlags};
+
+use crate::mem::buddy::{Buddy, BuddyStats, MAX_ORDER};
+use crate::mem::folio::{Folio, FolioGuard, FolioRef, FRAME_SHIFT, FRAME_SIZE};
+use crate::sync::bitwait::WaitPolicy;
+
+/// The alignment of the pool's start: one order-[`MAX_ORDER`] block (2 MiB).
+pub const POOL_ALIGN: usize = FRAME_SIZE << MAX_ORDER;
+
+/// The largest capacity a pool accepts: frame numbers must fit the buddy allocator's `u32`s.
+pub const MAX_CAPACITY: usize = ((u32::MAX - 1) as usize) << FRAME_SHIFT;
+
+/// Why a pool could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum PoolError {
+    /// A capacity of zero bytes.
+    #[error("frame pool capacity must be greater than zero")]
+    Empty,
+    /// A capacity that is not a whole number of frames.
+    #[error("frame pool capacity {0} is not a multiple of the {FRAME_SIZE}-byte frame size")]
+    NotFrameMultiple(usize),
+    /// A capacity too large to index.
+    #[error("frame pool capacity {capacity} is larger than the maximum {max}")]
+    TooLarge {
+        /// The capacity asked for.
+        capacity: usize,
+        /// The largest capacity accepted.
+        max: usize,
+    },
+    /// The kernel refused the mapping.
+    #[error("mapping {capacity} bytes for the frame pool failed: {source}")]
+    Map {
+        /// The capacity asked for.
+        capacity: usize,
+        /// What the kernel said.
+        source: std::io::Error,
+    },
+}
+
+/// The frame pool; see the [module documentation](self).
+pub struct FramePool {
+    base: NonNull<u8>,
+    capacity: usize,
+    descs: Box<[Folio]>,
+    buddy: Buddy,
+    huge: bool,
+}
+
+// SAFETY: the pool's memory is only reached through folios, whose access rules (module
+// `folio`, "Access to the bytes") make concurrent use race-free; everything else in the pool is
+// atomics or behind locks.
+unsafe impl Send for FramePool {}
+// SAFETY: as above.
+unsafe impl Sync for FramePool {}
+
+impl FramePool {
+    /// Maps a pool of `capacity` bytes with order-0 caches sized for this machine (see
+    /// [`Buddy::new`]).
+    pub fn new(capacity: usize) -> Result<FramePool, PoolError> {
+        let nr_frames = Self::check_capacity(capacity)?;
+        Self::build(capacity, Buddy::new(nr_frames))
+    }
+
+    /// Maps a pool whose buddy allocator has `shards` order-0 cache shards of at most `high`
+    /// frames each (`high == 0`: no caches). For tests and benchmarks.
+    pub fn with_caches(
+        capacity: usize,
+        shards: usize,
+        high: usize,
+    ) -> Result<FramePool, PoolError> {
+        let nr_frames = Self::check_capacity(capacity)?;
+        Self::build(capacity, Buddy::with_caches(nr_frames, shards, high))
+    }
+
+    fn check_capacity(capacity: usize) -> Result<usize, PoolError> {
+        if capacity == 0 {
+            return Err(PoolError::Empty);
+        }
+        if capacity % FRAME_SIZE != 0 {
+            return Err(PoolError::NotFrameMultiple(capacity));
+        }
+        if capacity > MAX_CAPACITY {
+            return Err(PoolError::TooLarge {
+                capacity,
+                max: MAX_CAPACITY,
+            });
+        }
+        Ok(capacity >> FRAME_SHIFT)
+    }
+
+    fn build(capacity: usize, buddy: Buddy) -> Result<FramePool, PoolError> {
+        let map_err = |e: rustix::io::Errno| PoolError::Map {
+            capacity,
+            source: e.into(),
+        };
+        let len = capacity
+            .checked_add(POOL_ALIGN - FRAME_SIZE)
+            .ok_or(PoolError::TooLarge {
+                capacity,
+                max: MAX_CAPACITY,
+            })?;
+        // SAFETY: a fresh anonymous mapping at an address of the kernel's choosing aliases
+        // nothing.
+        let raw = unsafe {
+            mm::mmap_anonymous(
+                std::ptr::null_mut(),
+                len,
+                ProtFlags::READ | ProtFlags::WRITE,
+                MapFlags::PRIVATE | MapFlags::NORESERVE,
+            )
+        }
+        .map_err(map_err)?;
+        let start = raw as usize;
+        let aligned = start.next_multiple_of(POOL_ALIGN);
+        let head = aligned - start;
+        let tail = len - head - capacity;
+        // SAFETY: both ranges lie inside the mapping just made, outside the part we keep, and
+        // nothing refers to them. Failure would only leave slack mapped, so it is ignored.
+        unsafe {
+            if head > 0 {
+                let _ = mm::munmap(raw, head);
+            }
+            if tail > 0 {
+                let _ = mm::munmap((aligned + capacity) as *mut c_void, tail);
+            }
+        }
+        // SAFETY: advice on our own mapping; it does not change its contents.
+        let huge =
+            unsafe { mm::madvise(aligned as *mut c_void, capacity, Advice::LinuxHugepage) }.is_ok();
+        let nr_frames = capacity >> FRAME_SHIFT;
+        let descs = (0..nr_frames).map(|_| Folio::new()).collect();
+        Ok(FramePool {
+            // `aligned` is inside a successful mapping, so not null.
+            base: NonNull::new(aligned as *mut u8).expect("mmap returned null"),
+            capacity,
+            descs,
+            buddy,
+            huge,
+        })
+    }
+
+    /// The pool's size in bytes.
+    #[inline]
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// The pool's size in frames.
+    #[inline]
+    pub fn nr_frames(&self) -> usize {
+        self.descs.len()
+    }
+
+    /// Whether the kernel accepted `madvise(MADV_HUGEPAGE)` for the pool.
+    pub fn huge_pages_advised(&self) -> bool {
+        self.huge
+    }
+
+    /// The address of the pool's first byte (2 MiB aligned).
+    #[inline]
+    pub fn base(&self) -> *mut u8 {
+        self.base.as_ptr()
+    }
+
+    /// Allocates a folio of 2^`order` frames with one reference, unlocked, with no flags but
+    /// its order, no owner and index 0. Its bytes are *not* zeroed. `None` when no block of that
+    /// order is free (after draining the order-0 caches) or when `order > MAX_ORDER`.
+    pub fn alloc(&self, order: u32) -> Option<FolioRef<'_>> {
+        let pfn = self.buddy.alloc(order)? as usize;
+        let folio = &self.descs[pfn];
+        folio.init_allocated(order);
+        Some(FolioRef::from_parts(folio, self))
+    }
+
+    /// As [`FramePool::alloc`], with the bytes zeroed.
+    pub fn alloc_zeroed(&self, order: u32) -> Option<FolioRef<'_>> {
+        let pfn = self.buddy.alloc(order)? as usize;
+        // SAFETY: the buddy allocator just handed these frames to us alone: no descriptor heads
+        // them, so no reference or borrow of their bytes exists.
+        unsafe { std::ptr::write_bytes(self.frame_ptr(pfn), 0, FRAME_SIZE << order) };
+        let folio = &self.descs[pfn];
+        folio.init_allocated(order);
+        Some(FolioRef::from_parts(folio, self))
+    }
+
+    /// Takes a speculative reference on `folio` (see [`Folio::try_get`]): `None` if it is free,
+    /// a tail, frozen, or not a descriptor of this pool. The folio may not be the one the caller
+    /// was looking for any more: re-check the slot it came from.
+    #[inline]
+    pub fn try_get(&self, folio: &Folio) -> Option<FolioRef<'_>> {
+        let pfn = self.pfn_of(folio)?;
+        let folio = &self.descs[pfn];
+        folio.try_get().then(|| FolioRef::from_parts(folio, self))
+    }
+
+    /// Turns a raw reference back into a [`FolioRef`].
+    ///
+    /// # Safety
+    ///
+    /// `folio` points at a descriptor of this pool on which the caller owns one raw reference
+    /// (from [`FolioRef::into_raw`] or a successful [`Folio::try_get`]) that has not been given
+    /// back, and the folio is not frozen by a freeze that counted that reference.
+    #[inline]
+    pub unsafe fn ref_from_raw(&self, folio: NonNull<Folio>) -> FolioRef<'_> {
+        // SAFETY: the caller promises it is one of our descriptors, which live as long as `self`.
+        let folio = unsafe { folio.as_ref() };
+        debug_assert!(self.pfn_of(folio).is_some());
+        debug_assert!(folio.ref_count() > 0);
+        FolioRef::from_parts(folio, self)
+    }
+
+    /// Turns a raw lock and reference (from [`FolioGuard::into_raw`]) back into a guard.
+    ///
+    /// # Safety
+    ///
+    /// `folio` and `policy` come from [`FolioGuard::into_raw`] on a guard of this pool, and that
+    /// lock and reference have not been taken back since.
+    #[inline]
+    pub unsafe fn guard_from_raw(
+        &self,
+        folio: NonNull<Folio>,
+        policy: WaitPolicy,
+    ) -> FolioGuard<'_> {
+        // SAFETY: the caller promises it is one of our descriptors, which live as long as `self`.
+        let folio = unsafe { folio.as_ref() };
+        debug_assert!(self.pfn_of(folio).is_some());
+        debug_assert!(folio.is_locked() && folio.ref_count() > 0);
+        FolioGuard::from_parts(folio, self, policy)
+    }
+
+    /// The descriptor of frame `pfn` (`None` past the end). A head, a tail or free.
+    #[inline]
+    pub fn folio(&self, pfn: usize) -> Option<&Folio> {
+        self.descs.get(pfn)
+    }
+
+    /// The frame number of a descriptor, if it belongs to this pool.
+    #[inline]
+    pub fn pfn_of(&self, folio: &Folio) -> Option<usize> {
+        let off = (folio as *const Folio as usize).wrapping_sub(self.descs.as_ptr() as usize);
+        let size = std::mem::size_of::<Folio>();
+        (off % size == 0 && off / size < self.descs.len()).then_some(off / size)
+    }
+
+    /// The frame number of one of our descriptors.
+    #[inline]
+    pub(crate) fn pfn_of_desc(&self, folio: &Folio) -> usize {
+        let off = folio as *const Folio as usize - self.descs.as_ptr() as usize;
+        off / std::mem::size_of::<Folio>()
+    }
+
+    /// The address of frame `pfn`.
+    #[inline]
+    pub(crate) fn frame_ptr(&self, pfn: usize) -> *mut u8 {
+        debug_assert!(pfn < self.descs.len());
+        // SAFETY: `pfn < nr_frames`, so the offset stays inside the mapping.
+        unsafe { self.base.as_ptr().add(pfn << FRAME_SHIFT) }
+    }
+
+    /// Returns a folio whose last reference was just put.
+    pub(crate) fn free_folio(&self, folio: &Folio) {
+        let order = folio.reset_freed();
+        let pfn = self.pfn_of_desc(folio);
+        // SAFETY: the folio's count went from 1 to 0 in the caller, so this is the one free of the
+        // block `alloc` handed out at `pfn` with this order (the order bits never change while
+        // the folio is allocated).
+        unsafe { self.buddy.free(pfn as u32, order) };
+    }
+
+    /// Returns the frames cached for order-0 allocations to the free lists; returns how many.
+    pub fn drain(&self) -> usize {
+        self.buddy.drain()
+    }
+
+    /// Counts the frames (a consistent snapshot; takes every allocator lock).
+    pub fn stats(&self) -> BuddyStats {
+        self.buddy.stats()
+    }
+
+    /// The free blocks of the buddy allocator as `(first frame, order)`, in frame order.
+    pub fn free_blocks(&self) -> Vec<(u32, u32)> {
+        self.buddy.free_blocks()
+    }
+
+    /// Frames that allocation can still hand out (free lists and caches).
+    pub fn free_frames(&self) -> usize {
+        self.buddy.stats().available()
+    }
+}
+
+impl Drop for FramePool {
+    fn drop(&mut self) {
+        // SAFETY: the mapping is ours; no `FolioRef` outlives the pool (they borrow it), and raw
+        // references must be given back before the pool is dropped (`ref_from_raw`).
+        unsafe {
+            let _ = mm::munmap(self.base.as_ptr().cast(), self.capacity);
+        }
+    }
+}
+
+impl std::fmt::Debug for FramePool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FramePool")
+            .field("base", &self.base)
+            .field("capacity", &self.capacity)
+            .field("huge_pages_advised", &self.huge)
+            .field("buddy", &self.buddy)
+            .finish()
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::mem::folio::UPTODATE;
+
+    #[test]
+    fn rejects_bad_capacities() {
+        assert!(matches!(FramePool::new(0), Err(PoolError::Empty)));
+        assert!(matches!(
+            FramePool::new(4097),
+            Err(PoolError::NotFrameMultiple(4097))
+        ));
+        assert!(matches!(
+            FramePool::new(MAX_CAPACITY + FRAME_SIZE),
+            Err(PoolError::TooLarge { .. })
+        ));
+    }
+
+    #[test]
+    fn base_is_aligned_and_frames_are_usable() {
+        let pool = FramePool::new(3 * POOL_ALIGN + 5 * FRAME_SIZE).unwrap();
+        assert_eq!(pool.base() as usize % POOL_ALIGN, 0);
+        assert_eq!(pool.nr_frames(), 3 * 512 + 5);
+        let big = pool.alloc(MAX_ORDER).unwrap();
+        assert_eq!(big.as_ptr() as usize % POOL_ALIGN, 0);
+        assert_eq!(big.order(), MAX_ORDER);
+        assert!(big.bytes().is_none(), "not up to date");
+        let mut g = big.lock();
+        g.bytes_mut().unwrap().fill(0xab);
+        g.mark_uptodate();
+        let r = g.unlock();
+        assert!(r.flags() & UPTODATE != 0);
+        assert!(r.bytes().unwrap().iter().all(|&b| b == 0xab));
+        assert_eq!(r.bytes().unwrap().len(), 2 << 20);
+        drop(r);
+        assert_eq!(pool.stats().allocated, 0);
+    }
+}

@@ -1,1 +1,0 @@
-//! Backing stores (issue 4, in progress).

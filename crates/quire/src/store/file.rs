@@ -1,0 +1,222 @@
+//! [`FileStore`]: a real file, through rustix's `pread`/`pwrite`, buffered or with `O_DIRECT`.
+//!
+//! With `O_DIRECT` the kernel moves data between the device and the caller's buffer without its
+//! own page cache, which is what a cache above it wants (no double caching, and benchmarks see
+//! real misses). The price is alignment: offset, length and buffer address must be multiples of
+//! the device's logical block size. quire asks for [`DIRECT_ALIGN`] (4 KiB), which every Linux
+//! block device satisfies and which the pool's frames have.
+//!
+//! Some file systems refuse `O_DIRECT` (tmpfs before Linux 6.6, some FUSE and overlay setups):
+//! `open` fails with `EINVAL`. [`IoMode::Direct`] reports that as
+//! [`StoreError::DirectUnsupported`]; [`IoMode::PreferDirect`] quietly opens the file buffered
+//! instead, and [`FileStore::is_direct`] tells which one the caller got.
+
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+
+use rustix::fs::{self, Mode, OFlags};
+use rustix::io::Errno;
+
+use super::{check_alignment, check_range, Op, Result, Store, StoreError};
+
+/// The alignment a [`FileStore`] opened with `O_DIRECT` demands.
+pub const DIRECT_ALIGN: usize = 4096;
+
+/// How a [`FileStore`] moves data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum IoMode {
+    /// Through the kernel's page cache; any offset, length and buffer.
+    #[default]
+    Buffered,
+    /// `O_DIRECT`; requests must be aligned to [`DIRECT_ALIGN`]. Opening fails with
+    /// [`StoreError::DirectUnsupported`] where the file system refuses it.
+    Direct,
+    /// `O_DIRECT` where the file system allows it, buffered otherwise.
+    PreferDirect,
+}
+
+/// How to open a [`FileStore`] (after `std::fs::OpenOptions`). The file is always opened for
+/// reading and writing.
+#[derive(Clone, Debug, Default)]
+pub struct OpenOptions {
+    create: bool,
+    truncate: bool,
+    mode: IoMode,
+}
+
+impl OpenOptions {
+    /// Open an existing file, buffered.
+    pub fn new() -> OpenOptions {
+        OpenOptions::default()
+    }
+
+    /// Create the file if it does not exist (mode 0644 before the umask).
+    pub fn create(mut self, create: bool) -> OpenOptions {
+        self.create = create;
+        self
+    }
+
+    /// Cut the file to length 0 on open.
+    pub fn truncate(mut self, truncate: bool) -> OpenOptions {
+        self.truncate = truncate;
+        self
+    }
+
+    /// How data moves; see [`IoMode`].
+    pub fn mode(mut self, mode: IoMode) -> OpenOptions {
+        self.mode = mode;
+        self
+    }
+
+    /// Opens `path`.
+    pub fn open(&self, path: impl AsRef<Path>) -> Result<FileStore> {
+        let path = path.as_ref();
+        let mut flags = OFlags::RDWR | OFlags::CLOEXEC;
+        if self.create {
+            flags |= OFlags::CREATE;
+        }
+        if self.truncate {
+            flags |= OFlags::TRUNC;
+        }
+        let mode = Mode::from_raw_mode(0o644);
+        let open = |flags| loop {
+            match fs::open(path, flags, mode) {
+                Err(Errno::INTR) => continue,
+                r => return r,
+            }
+        };
+        let (fd, direct) = match self.mode {
+            IoMode::Buffered => (open(flags), false),
+            IoMode::Direct | IoMode::PreferDirect => match open(flags | OFlags::DIRECT) {
+                Err(Errno::INVAL) if self.mode == IoMode::PreferDirect => (open(flags), false),
+                Err(Errno::INVAL) => {
+                    return Err(StoreError::DirectUnsupported {
+                        path: path.display().to_string(),
+                        errno: Errno::INVAL.raw_os_error(),
+                    })
+                }
+                r => (r, true),
+            },
+        };
+        let fd = fd.map_err(|e| StoreError::errno(Op::Open, 0, e))?;
+        Ok(FileStore {
+            fd,
+            direct,
+            path: path.to_path_buf(),
+        })
+    }
+}
+
+/// A file as a store; see the [module documentation](self).
+#[derive(Debug)]
+pub struct FileStore {
+    fd: OwnedFd,
+    direct: bool,
+    path: PathBuf,
+}
+
+impl FileStore {
+    /// Opens an existing file, read-write, in `mode`.
+    pub fn open(path: impl AsRef<Path>, mode: IoMode) -> Result<FileStore> {
+        OpenOptions::new().mode(mode).open(path)
+    }
+
+    /// Creates the file (or cuts an existing one to length 0), read-write, in `mode`.
+    pub fn create(path: impl AsRef<Path>, mode: IoMode) -> Result<FileStore> {
+        OpenOptions::new()
+            .create(true)
+            .truncate(true)
+            .mode(mode)
+            .open(path)
+    }
+
+    /// Whether the file is open with `O_DIRECT`.
+    pub fn is_direct(&self) -> bool {
+        self.direct
+    }
+
+    /// The path it was opened with.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Asks the kernel to drop its cached pages of this file (`posix_fadvise(DONTNEED)`), e.g.
+    /// before a cold-read benchmark of a buffered store. Dirty pages are not dropped; sync first.
+    pub fn drop_kernel_cache(&self) -> Result<()> {
+        fs::fadvise(&self.fd, 0, None, fs::Advice::DontNeed)
+            .map_err(|e| StoreError::errno(Op::Sync, 0, e))
+    }
+}
+
+impl Store for FileStore {
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        check_range(Op::Read, offset, buf.len())?;
+        check_alignment(
+            Op::Read,
+            offset,
+            buf.len(),
+            buf.as_ptr() as usize,
+            self.alignment(),
+        )?;
+        loop {
+            match rustix::io::pread(&self.fd, &mut *buf, offset) {
+                Ok(n) => return Ok(n),
+                Err(Errno::INTR) => continue,
+                Err(e) => return Err(StoreError::errno(Op::Read, offset, e)),
+            }
+        }
+    }
+
+    fn write_at(&self, offset: u64, buf: &[u8]) -> Result<usize> {
+        check_range(Op::Write, offset, buf.len())?;
+        check_alignment(
+            Op::Write,
+            offset,
+            buf.len(),
+            buf.as_ptr() as usize,
+            self.alignment(),
+        )?;
+        loop {
+            match rustix::io::pwrite(&self.fd, buf, offset) {
+                Ok(n) => return Ok(n),
+                Err(Errno::INTR) => continue,
+                Err(e) => return Err(StoreError::errno(Op::Write, offset, e)),
+            }
+        }
+    }
+
+    /// `fdatasync`: the data and the length, not the other metadata.
+    fn sync(&self) -> Result<()> {
+        loop {
+            match fs::fdatasync(&self.fd) {
+                Ok(()) => return Ok(()),
+                Err(Errno::INTR) => continue,
+                Err(e) => return Err(StoreError::errno(Op::Sync, 0, e)),
+            }
+        }
+    }
+
+    fn len(&self) -> Result<u64> {
+        let st = fs::fstat(&self.fd).map_err(|e| StoreError::errno(Op::Len, 0, e))?;
+        Ok(st.st_size as u64)
+    }
+
+    fn set_len(&self, len: u64) -> Result<()> {
+        check_range(Op::SetLen, len, 0)?;
+        loop {
+            match fs::ftruncate(&self.fd, len) {
+                Ok(()) => return Ok(()),
+                Err(Errno::INTR) => continue,
+                Err(e) => return Err(StoreError::errno(Op::SetLen, len, e)),
+            }
+        }
+    }
+
+    fn alignment(&self) -> usize {
+        if self.direct {
+            DIRECT_ALIGN
+        } else {
+            1
+        }
+    }
+}
