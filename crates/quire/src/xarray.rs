@@ -1,1 +1,0 @@
-//! The XArray (issue 3). Not yet built.
