@@ -1,6 +1,535 @@
-//! The page cache proper: files, their index of folios, read/write, readahead and write-back
-//! (issue 4, in progress). Built so far: write-back error tracking ([`errseq`]) and the
-//! readahead window logic ([`readahead`]).
+//! The page cache proper, after `mm/filemap.c`: cached files with a fixed memory budget.
+//!
+//! A [`PageCache`] owns one [`FramePool`] (the whole memory budget) and the background threads
+//! (the flusher and the readahead I/O workers). [`PageCache::open`] wraps a [`Store`] in a
+//! mapping — the `address_space`: an [`XArray`] of folios and shadow entries, the file's length
+//! and its write-back error sequence — and returns a [`CachedFile`], one open handle with its
+//! own readahead state and its own position in the error sequence. [`CachedFile::reopen`] gives
+//! another handle on the same mapping. Many files share one cache and one budget.
+//!
+//! # The index and its references
+//!
+//! Every folio in a mapping's index holds one counted reference owned by the index (a raw
+//! reference: [`FolioRef::into_raw`]); its flag word has [`LRU`](crate::mem::folio::LRU) set
+//! while it is there, and its `mapping` field holds the mapping's id. The index's marks:
+//!
+//! | mark | meaning |
+//! |---|---|
+//! | [`DIRTY_MARK`] | the folio is DIRTY |
+//! | [`WRITEBACK_MARK`] | the folio is under write-back |
+//! | [`TOWRITE_MARK`] | tagged for the data-integrity write-back in progress (`fsync`) |
+//!
+//! # Lookups (DESIGN.md rule 5)
+//!
+//! A lookup pins an epoch guard, loads the slot, takes a speculative reference with
+//! [`Folio::try_get`] (which fails on a free or frozen descriptor) and loads the slot again: if
+//! it still holds the same folio, the reference is good; otherwise it is put back and the lookup
+//! starts over. Descriptors are never freed (rule 1), so the speculative reference is always
+//! safe to attempt.
+//!
+//! # Changing bytes
+//!
+//! A reader holding a reference may be reading an up-to-date folio's bytes without a lock, so
+//! bytes change only (a) before the folio is up to date, under its lock, (b) with the count
+//! frozen (no reference but the index's and the writer's), or (c) in a copy that replaces the
+//! folio in the index (copy on write) when readers hold references. Writers also wait for
+//! write-back to finish, so the bytes being written to the store are stable.
+//!
+//! # Write-back (rule 6)
+//!
+//! Writes mark folios DIRTY (and [`DIRTY_MARK`] in the index) and count dirty frames
+//! cache-wide. A background flusher writes back when dirty memory passes
+//! [`CacheConfig::dirty_background`] or data has been dirty longer than
+//! [`CacheConfig::dirty_expire`]; writers wait when it passes [`CacheConfig::dirty_limit`].
+//! A failed write-back leaves the folio dirty (the data is not dropped), sets ERROR on it and
+//! records the error in the mapping's [`ErrSeq`], which every handle's `fsync` reports once.
+//!
+//! # The budget
+//!
+//! Frames never exceed the pool. When an allocation fails, reclaim sweeps a clock over the
+//! memmap: a folio of a mapping that was referenced since the last sweep gets a second chance;
+//! otherwise, if it is unlocked, clean (dirty ones are written back first), not under write-back
+//! and referenced by nobody but the index, its slot is replaced by a shadow entry holding the
+//! cache's eviction counter, and its frames go back to the allocator. A later insert over the
+//! shadow is counted as a refault.
 
 pub mod errseq;
+mod mapping;
 pub mod readahead;
+mod reclaim;
+mod workers;
+mod writeback;
+
+use std::collections::HashMap;
+use std::io;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use crate::mem::folio::{Folio, FolioRef, FRAME_SHIFT};
+use crate::mem::pool::{FramePool, PoolError};
+use crate::store::{Store, StoreError};
+use crate::sync::bitwait::WaitPolicy;
+use crate::xarray::{AddWalks, Mark, XaPointer};
+
+pub use errseq::{ErrSeq, ErrSeqSince};
+use mapping::Mapping;
+pub use readahead::{RaState, RaWindow};
+
+/// The index mark of dirty folios.
+pub const DIRTY_MARK: Mark = Mark::M0;
+/// The index mark of folios under write-back.
+pub const WRITEBACK_MARK: Mark = Mark::M1;
+/// The index mark of folios tagged for a data-integrity write-back.
+pub const TOWRITE_MARK: Mark = Mark::M2;
+
+/// Bytes in a page (a base frame).
+pub const PAGE_SIZE: u64 = 1 << FRAME_SHIFT;
+
+/// The largest byte offset a cached file may reach (the store's limit).
+pub const MAX_FILE_SIZE: u64 = crate::store::MAX_OFFSET;
+
+/// How a [`PageCache`] is set up. Sizes are in bytes.
+#[derive(Clone, Debug)]
+pub struct CacheConfig {
+    /// The memory budget: the frame pool's size (a multiple of 4 KiB).
+    pub capacity: usize,
+    /// The largest readahead window per handle (0 disables readahead). Default 2 MiB.
+    pub readahead_max: usize,
+    /// The largest folio order used for readahead and large writes (0..=9). Default 9 (2 MiB).
+    pub max_folio_order: u32,
+    /// Dirty memory above which the flusher starts writing back. Default a tenth of capacity.
+    pub dirty_background: usize,
+    /// Dirty memory above which writers wait for write-back. Default two fifths of capacity.
+    pub dirty_limit: usize,
+    /// Data dirty for longer than this is written back by the flusher. Default 5 s.
+    pub dirty_expire: Duration,
+    /// How often the flusher wakes up on its own. Default 500 ms.
+    pub flush_interval: Duration,
+    /// Threads that read ahead asynchronously. Default 2 (0: readahead is synchronous).
+    pub io_threads: usize,
+    /// The folio lock's wait policy (the default is the exact one; others are for benchmarks).
+    pub wait_policy: WaitPolicy,
+    /// The index insert's walk policy (single walk by default; multi for benchmarks).
+    pub add_walks: AddWalks,
+    /// How long an allocation may wait for reclaim to free memory before reporting
+    /// [`FilemapError::NoMemory`] (every frame pinned by references or locks). Default 5 s.
+    pub alloc_timeout: Duration,
+}
+
+impl CacheConfig {
+    /// Defaults for a cache of `capacity` bytes.
+    pub fn new(capacity: usize) -> CacheConfig {
+        CacheConfig {
+            capacity,
+            readahead_max: 2 << 20,
+            max_folio_order: 9,
+            dirty_background: capacity / 10,
+            dirty_limit: capacity / 5 * 2,
+            dirty_expire: Duration::from_secs(5),
+            flush_interval: Duration::from_millis(500),
+            io_threads: 2,
+            wait_policy: WaitPolicy::Exact,
+            add_walks: AddWalks::Single,
+            alloc_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Errors of the page cache. Nothing cached is lost when one is returned.
+#[derive(Debug, thiserror::Error)]
+pub enum FilemapError {
+    /// `offset + len` is past [`MAX_FILE_SIZE`] (or overflows).
+    #[error("offset {offset} with length {len} is past the largest file offset")]
+    Overflow {
+        /// The offset asked for.
+        offset: u64,
+        /// The length asked for.
+        len: u64,
+    },
+    /// The backing store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// Write-back of this file failed since this handle last asked; the data is still cached
+    /// and dirty, and will be written again.
+    #[error("write-back failed: {}", io::Error::from_raw_os_error(*errno))]
+    Writeback {
+        /// The error number (EIO for faults without one).
+        errno: i32,
+    },
+    /// The frame pool could not be made.
+    #[error(transparent)]
+    Pool(#[from] PoolError),
+    /// A configuration value is out of range.
+    #[error("bad cache configuration: {0}")]
+    Config(String),
+    /// An index operation failed (an internal inconsistency; nothing was changed).
+    #[error(transparent)]
+    Index(#[from] crate::xarray::XaError),
+    /// No memory could be freed in time: every frame is pinned by references or locks.
+    #[error("the page cache has no reclaimable memory (all {frames} frames are in use)")]
+    NoMemory {
+        /// Frames in the cache.
+        frames: usize,
+    },
+}
+
+impl FilemapError {
+    /// The error's [`io::ErrorKind`].
+    pub fn kind(&self) -> io::ErrorKind {
+        match self {
+            FilemapError::Overflow { .. } | FilemapError::Config(_) | FilemapError::Index(_) => {
+                io::ErrorKind::InvalidInput
+            }
+            FilemapError::Store(e) => e.kind(),
+            FilemapError::Writeback { errno } => io::Error::from_raw_os_error(*errno).kind(),
+            FilemapError::Pool(_) | FilemapError::NoMemory { .. } => io::ErrorKind::OutOfMemory,
+        }
+    }
+}
+
+/// The result type of page cache operations.
+pub type Result<T, E = FilemapError> = std::result::Result<T, E>;
+
+/// The errno recorded for a store error in a mapping's [`ErrSeq`].
+fn errno_of(e: &StoreError) -> u16 {
+    const EIO: i32 = 5;
+    let errno = match e {
+        StoreError::Io { errno: Some(n), .. } => *n,
+        _ => EIO,
+    };
+    u16::try_from(errno).unwrap_or(EIO as u16)
+}
+
+/// Checks that `offset + len` stays within a file.
+fn check_range(offset: u64, len: usize) -> Result<u64> {
+    let len = len as u64;
+    match offset.checked_add(len) {
+        Some(end) if end <= MAX_FILE_SIZE => Ok(end),
+        _ => Err(FilemapError::Overflow { offset, len }),
+    }
+}
+
+/// A mapping's handle on a folio in its index: the descriptor's address. Dropping it puts
+/// nothing: the index's counted reference is taken and put explicitly by the mapping, which
+/// knows the pool. Descriptors are never freed, so no grace period is needed.
+pub(crate) struct FolioPtr(NonNull<Folio>);
+
+// SAFETY: a `FolioPtr` is an address of a descriptor that lives as long as the pool; `Folio` is
+// `Sync`.
+unsafe impl Send for FolioPtr {}
+// SAFETY: as for `Send`: shared access to a `FolioPtr` gives only the address.
+unsafe impl Sync for FolioPtr {}
+
+// SAFETY: `into_raw` returns the descriptor address, 64-byte aligned and valid for shared access
+// as long as the pool lives (the mapping that owns the array keeps the pool alive); `from_raw`
+// takes back exactly such an address.
+unsafe impl XaPointer for FolioPtr {
+    type Target = Folio;
+    const NEEDS_GRACE_PERIOD: bool = false;
+
+    fn into_raw(this: Self) -> NonNull<Folio> {
+        this.0
+    }
+
+    unsafe fn from_raw(ptr: NonNull<Folio>) -> Self {
+        FolioPtr(ptr)
+    }
+}
+
+/// What the cache holds at one moment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CacheStats {
+    /// Frames in the pool.
+    pub frames: usize,
+    /// Frames free in the allocator (including its per-thread caches).
+    pub free_frames: usize,
+    /// Frames of folios in some mapping's index.
+    pub cached_frames: usize,
+    /// Frames of dirty folios.
+    pub dirty_frames: usize,
+    /// Files open (mappings alive).
+    pub files: usize,
+}
+
+/// The shared state of a cache; mappings hold it alive.
+pub(crate) struct Cache {
+    pool: FramePool,
+    config: CacheConfig,
+    /// Live mappings by id, for the flusher and for reclaim (folio → mapping).
+    files: Mutex<HashMap<usize, Weak<Mapping>>>,
+    next_id: AtomicUsize,
+    /// Frames of folios in an index.
+    cached: AtomicUsize,
+    /// Frames of dirty folios.
+    dirty: AtomicUsize,
+    /// Frames evicted so far: the clock that shadow entries record.
+    evictions: AtomicU64,
+    reclaim: Mutex<reclaim::Clock>,
+    workers: workers::Workers,
+}
+
+impl Cache {
+    fn mapping(&self, id: usize) -> Option<Arc<Mapping>> {
+        self.files.lock().unwrap().get(&id).and_then(Weak::upgrade)
+    }
+
+    fn mappings(&self) -> Vec<Arc<Mapping>> {
+        self.files
+            .lock()
+            .unwrap()
+            .values()
+            .filter_map(Weak::upgrade)
+            .collect()
+    }
+
+    fn dirty_background_frames(&self) -> usize {
+        self.config.dirty_background >> FRAME_SHIFT
+    }
+
+    fn dirty_limit_frames(&self) -> usize {
+        (self.config.dirty_limit >> FRAME_SHIFT).max(1)
+    }
+}
+
+impl Drop for Cache {
+    fn drop(&mut self) {
+        self.workers.stop();
+    }
+}
+
+/// A page cache: one memory budget shared by any number of files. Cloning gives another handle
+/// on the same cache.
+#[derive(Clone)]
+pub struct PageCache {
+    cache: Arc<Cache>,
+}
+
+impl PageCache {
+    /// Makes a cache as `config` says, with its flusher and readahead threads.
+    pub fn new(config: CacheConfig) -> Result<PageCache> {
+        if config.max_folio_order > crate::mem::buddy::MAX_ORDER {
+            return Err(FilemapError::Config(format!(
+                "max_folio_order {} is above {}",
+                config.max_folio_order,
+                crate::mem::buddy::MAX_ORDER
+            )));
+        }
+        if config.dirty_limit == 0 || config.dirty_limit < config.dirty_background {
+            return Err(FilemapError::Config(format!(
+                "dirty_limit {} must be positive and at least dirty_background {}",
+                config.dirty_limit, config.dirty_background
+            )));
+        }
+        let pool = FramePool::new(config.capacity)?;
+        let cache = Arc::new_cyclic(|weak: &Weak<Cache>| Cache {
+            pool,
+            files: Mutex::new(HashMap::new()),
+            next_id: AtomicUsize::new(1),
+            cached: AtomicUsize::new(0),
+            dirty: AtomicUsize::new(0),
+            evictions: AtomicU64::new(0),
+            reclaim: Mutex::new(reclaim::Clock::default()),
+            workers: workers::Workers::start(weak.clone(), &config),
+            config,
+        });
+        Ok(PageCache { cache })
+    }
+
+    /// Opens `store` as a cached file: a new mapping, with its length read from the store.
+    pub fn open(&self, store: impl Store + 'static) -> Result<CachedFile> {
+        self.open_boxed(Box::new(store))
+    }
+
+    /// [`PageCache::open`] for a boxed store.
+    pub fn open_boxed(&self, store: Box<dyn Store>) -> Result<CachedFile> {
+        let len = store.len()?;
+        let id = self.cache.next_id.fetch_add(1, Ordering::Relaxed);
+        let mapping = Mapping::new_arc(id, self.cache.clone(), store, len);
+        self.cache
+            .files
+            .lock()
+            .unwrap()
+            .insert(id, Arc::downgrade(&mapping));
+        Ok(CachedFile::new(mapping))
+    }
+
+    /// The configuration the cache was made with.
+    pub fn config(&self) -> &CacheConfig {
+        &self.cache.config
+    }
+
+    /// The frame pool (the memory budget).
+    pub fn pool(&self) -> &FramePool {
+        &self.cache.pool
+    }
+
+    /// What the cache holds now.
+    pub fn stats(&self) -> CacheStats {
+        let c = &self.cache;
+        c.pool.drain();
+        CacheStats {
+            frames: c.pool.nr_frames(),
+            free_frames: c.pool.free_frames(),
+            cached_frames: c.cached.load(Ordering::Relaxed),
+            dirty_frames: c.dirty.load(Ordering::Relaxed),
+            files: c.mappings().len(),
+        }
+    }
+
+    /// Writes back every dirty folio of every file and waits for it (like `sync(2)`); returns
+    /// the first error met. Errors are also recorded for each file's `fsync`.
+    pub fn sync_all(&self) -> Result<()> {
+        let mut first = None;
+        for m in self.cache.mappings() {
+            if let Err(e) = m.write_back_range(0, u64::MAX, true) {
+                first.get_or_insert(e);
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
+
+    /// Evicts clean folios until at least `frames` frames are free or nothing more can be
+    /// evicted; returns the frames freed. Dirty folios are written back first.
+    pub fn shrink(&self, frames: usize) -> usize {
+        reclaim::reclaim(&self.cache, frames)
+    }
+}
+
+impl std::fmt::Debug for PageCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PageCache")
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+/// One open handle on a cached file: the mapping, plus this handle's readahead state and its
+/// position in the file's write-back error sequence.
+pub struct CachedFile {
+    mapping: Arc<Mapping>,
+    ra: Mutex<RaState>,
+    since: Mutex<ErrSeqSince>,
+}
+
+impl CachedFile {
+    fn new(mapping: Arc<Mapping>) -> CachedFile {
+        let max = (mapping.cache.config.readahead_max as u64) >> FRAME_SHIFT;
+        let since = mapping.errseq.sample();
+        CachedFile {
+            mapping,
+            ra: Mutex::new(RaState::new(max)),
+            since: Mutex::new(since),
+        }
+    }
+
+    /// Another handle on the same file, with its own readahead state, that will see write-back
+    /// errors recorded from now on (and any that nobody has seen yet).
+    pub fn reopen(&self) -> CachedFile {
+        CachedFile::new(self.mapping.clone())
+    }
+
+    /// The file's length in bytes (including data written but not yet written back).
+    pub fn len(&self) -> u64 {
+        self.mapping.size()
+    }
+
+    /// Whether the file is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Reads up to `buf.len()` bytes at `offset` into `buf`; returns how many (fewer at the end
+    /// of the file, 0 at or past it).
+    pub fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        self.mapping.read_at(&self.ra, offset, buf)
+    }
+
+    /// Reads exactly `buf.len()` bytes at `offset`, or fails with
+    /// [`io::ErrorKind::UnexpectedEof`] (as a store error) if the file is shorter.
+    pub fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        let n = self.read_at(offset, buf)?;
+        if n < buf.len() {
+            return Err(FilemapError::Store(StoreError::Io {
+                op: crate::store::Op::Read,
+                offset: offset + n as u64,
+                kind: io::ErrorKind::UnexpectedEof,
+                errno: None,
+            }));
+        }
+        Ok(())
+    }
+
+    /// The up-to-date folio holding page `index`, read from the store if needed, without
+    /// copying: its bytes are `bytes()` of the returned reference; page `index` starts at byte
+    /// `(index - folio.index()) * 4096` of them. Bytes past the end of the file read as zeros.
+    /// Fails past the end of the file with an `UnexpectedEof` store error.
+    pub fn read_folio(&self, index: u64) -> Result<FolioRef<'_>> {
+        self.mapping.read_folio(&self.ra, index)
+    }
+
+    /// Writes all of `data` at `offset`, extending the file if it ends past the end; returns
+    /// `data.len()`. Pages the write covers only in part are read first if not cached. The data
+    /// is dirty in the cache until written back; the writer may wait if dirty memory is above
+    /// the limit.
+    pub fn write_at(&self, offset: u64, data: &[u8]) -> Result<usize> {
+        self.mapping.write_at(offset, data)
+    }
+
+    /// Sets the file's length: cutting drops every folio wholly past the end (dirty data there
+    /// is dead) and zeroes the tail of the last one; growing reads as zeros.
+    pub fn set_len(&self, len: u64) -> Result<()> {
+        self.mapping.set_len(len)
+    }
+
+    /// Writes back every dirty folio of the file, waits for all write-back, syncs the store,
+    /// and reports a write-back error recorded since this handle last reported one.
+    pub fn fsync(&self) -> Result<()> {
+        self.sync_range(0, u64::MAX)
+    }
+
+    /// [`CachedFile::fsync`] for the bytes `offset .. offset + len` only (the store is still
+    /// synced whole).
+    pub fn sync_range(&self, offset: u64, len: u64) -> Result<()> {
+        let first = offset >> FRAME_SHIFT;
+        let last = offset.saturating_add(len.max(1) - 1) >> FRAME_SHIFT;
+        let written = self.mapping.write_back_range(first, last, true);
+        let synced = self.mapping.store.sync().map_err(FilemapError::from);
+        let mut since = self.since.lock().unwrap();
+        if let Some(errno) = self.mapping.errseq.check_and_advance(&mut since) {
+            return Err(FilemapError::Writeback {
+                errno: i32::from(errno),
+            });
+        }
+        written.and(synced)
+    }
+
+    /// Writes back the file's dirty data and then drops every folio of it that nobody is using;
+    /// returns the frames freed. Dirty folios that could not be written stay cached.
+    pub fn invalidate(&self) -> Result<usize> {
+        let _ = self.mapping.write_back_range(0, u64::MAX, true);
+        Ok(self.mapping.invalidate())
+    }
+
+    /// Frames of this file in the cache.
+    pub fn cached_frames(&self) -> usize {
+        self.mapping.nr_frames.load(Ordering::Relaxed)
+    }
+
+    /// Closes the handle after an `fsync`, reporting its error: dropping a handle also writes
+    /// back dirty data (once the file's last handle goes), but cannot report a failure.
+    pub fn close(self) -> Result<()> {
+        self.fsync()
+    }
+}
+
+impl std::fmt::Debug for CachedFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CachedFile")
+            .field("id", &self.mapping.id)
+            .field("len", &self.len())
+            .field("cached_frames", &self.cached_frames())
+            .finish()
+    }
+}

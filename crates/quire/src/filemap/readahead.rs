@@ -8,8 +8,8 @@
 //!   right after the previous one starts a window, sized from the request (a few times larger,
 //!   never more than the maximum); a read anywhere else is random and gets exactly what it asked
 //!   for, no readahead.
-//! - on reaching the **marker** ([`RaState::on_marker`]): the folio at `start + size - async_size`
-//!   of the current window was flagged when it was read. Touching it means the stream is
+//! - on reaching the **marker** ([`RaState::on_marker`]): the folio covering
+//!   `start + size - async_size` of the current window was flagged when it was read. Touching it means the stream is
 //!   consuming the window, so the next window — larger, up to the maximum — is read
 //!   asynchronously, before the reader needs it.
 //!
@@ -119,20 +119,21 @@ impl RaState {
         self.window()
     }
 
-    /// A reader reached the folio at `index`, which carries the readahead marker. Returns the
-    /// next window to read asynchronously, or `None` if the marker is stale (not this stream's).
-    pub fn on_marker(&mut self, index: u64) -> Option<RaWindow> {
+    /// A reader reached the folio covering `first ..= last`, which carries the readahead marker.
+    /// Returns the next window to read asynchronously, or `None` if the marker is stale (not
+    /// this stream's).
+    pub fn on_marker(&mut self, first: u64, last: u64) -> Option<RaWindow> {
         if self.max == 0 {
             return None;
         }
         let expected = self.start + self.size - self.async_size;
-        if self.size == 0 || index != expected {
-            // Another handle's marker, or an interleaved stream: start a window here, as the
-            // kernel does when it finds a marker it did not expect.
-            if !self.sequential(index) {
+        if self.size == 0 || expected < first || expected > last {
+            // Another handle's marker, or an interleaved stream: start a window after this
+            // folio, as the kernel does when it finds a marker it did not expect.
+            if !self.sequential(first) && !(first..=last).any(|i| self.sequential(i)) {
                 return None;
             }
-            self.start = index;
+            self.start = last + 1;
             self.size = 0;
         }
         let next_start = self.start + self.size;
@@ -204,7 +205,7 @@ mod tests {
         let mut end = w.start + w.size;
         for _ in 0..8 {
             ra.note_read(marker);
-            let w = ra.on_marker(marker).expect("stream continues");
+            let w = ra.on_marker(marker, marker).expect("stream continues");
             assert_eq!(w.start, end, "windows are contiguous");
             end = w.start + w.size;
             sizes.push(w.size);
@@ -228,14 +229,14 @@ mod tests {
     fn stale_marker_from_a_random_reader_is_ignored() {
         let mut ra = RaState::new(512);
         ra.note_read(3);
-        assert_eq!(ra.on_marker(100), None);
+        assert_eq!(ra.on_marker(100, 100), None);
     }
 
     #[test]
     fn zero_max_disables_readahead() {
         let mut ra = RaState::new(0);
         assert_eq!(ra.on_miss(0, 2).size, 2);
-        assert_eq!(ra.on_marker(1), None);
+        assert_eq!(ra.on_marker(1, 1), None);
     }
 
     #[test]

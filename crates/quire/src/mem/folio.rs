@@ -612,8 +612,14 @@ impl<'p> FolioRef<'p> {
     /// Takes the folio lock if it is free; gives the reference back otherwise.
     #[inline]
     pub fn try_lock(self) -> Result<FolioGuard<'p>, FolioRef<'p>> {
-        if bitwait::try_lock(&self.folio.flags) {
-            Ok(FolioGuard::from_ref(self, WaitPolicy::Exact))
+        self.try_lock_with(WaitPolicy::Exact)
+    }
+
+    /// [`FolioRef::try_lock`] under a wait policy; the guard unlocks under the same policy.
+    #[inline]
+    pub fn try_lock_with(self, policy: WaitPolicy) -> Result<FolioGuard<'p>, FolioRef<'p>> {
+        if policy.try_lock(&self.folio.flags) {
+            Ok(FolioGuard::from_ref(self, policy))
         } else {
             Err(self)
         }

@@ -1,0 +1,737 @@
+//! One cached file (the kernel's `address_space`): its index of folios, lookups, reads with
+//! readahead, writes, truncation and invalidation. Write-back is in `writeback.rs`, eviction in
+//! `reclaim.rs`; the rules they share are in the [module documentation](super).
+
+use std::ptr::{self, NonNull};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::time::Instant;
+
+use super::readahead::{folio_orders, RaState, RaWindow};
+use super::{
+    check_range, errno_of, reclaim, Cache, FilemapError, FolioPtr, Result, DIRTY_MARK, PAGE_SIZE,
+};
+use crate::filemap::errseq::ErrSeq;
+use crate::mem::folio::{Folio, FolioGuard, FolioRef, FRAME_SHIFT};
+use crate::mem::pool::FramePool;
+use crate::stats::{count, Event};
+use crate::store::{Op, Store, StoreError};
+use crate::sync::bitwait::WaitPolicy;
+use crate::sync::rcu;
+use crate::xarray::{Entry, XArray, XaError};
+
+/// The largest value a shadow entry holds.
+const SHADOW_MASK: u64 = (1 << 62) - 1;
+
+pub(crate) struct Mapping {
+    pub(crate) id: usize,
+    pub(crate) cache: Arc<Cache>,
+    pub(crate) store: Box<dyn Store>,
+    pub(crate) pages: XArray<FolioPtr>,
+    /// The file's length in bytes, including data not yet written back.
+    size: AtomicU64,
+    pub(crate) errseq: ErrSeq,
+    /// Held shared by everything that inserts folios or writes, exclusive by truncation, so a
+    /// folio is never inserted past a new end of file while the file is being cut.
+    invalidate_lock: RwLock<()>,
+    /// Frames of this file in the index.
+    pub(crate) nr_frames: AtomicUsize,
+    /// When the oldest data now dirty was dirtied (None when the file is clean).
+    pub(crate) dirtied_at: Mutex<Option<Instant>>,
+    this: Weak<Mapping>,
+}
+
+/// A locked folio handed to a readahead thread.
+pub(crate) struct ReadJob {
+    pub(crate) mapping: Arc<Mapping>,
+    pub(crate) folios: Vec<RawLocked>,
+}
+
+/// A locked folio with one reference, as raw parts.
+pub(crate) struct RawLocked(NonNull<Folio>);
+
+// SAFETY: the lock and the reference travel with the value; `Folio` is `Sync`.
+unsafe impl Send for RawLocked {}
+
+impl ReadJob {
+    /// Reads every folio of the job and unlocks it.
+    pub(crate) fn run(self) {
+        let policy = self.mapping.policy();
+        for RawLocked(ptr) in self.folios {
+            // SAFETY: the job owns this lock and reference (given up with `into_raw` under the
+            // same policy), and the mapping it holds keeps the pool alive.
+            let mut g = unsafe { self.mapping.pool().guard_from_raw(ptr, policy) };
+            if self.mapping.read_into(&mut g).is_ok() {
+                count(Event::Readahead);
+            }
+        }
+    }
+}
+
+impl Mapping {
+    /// A mapping of `store`, whose length is `size`, in `cache`.
+    pub(crate) fn new_arc(
+        id: usize,
+        cache: Arc<Cache>,
+        store: Box<dyn Store>,
+        size: u64,
+    ) -> Arc<Mapping> {
+        Arc::new_cyclic(|this| Mapping {
+            id,
+            cache,
+            store,
+            pages: XArray::new(),
+            size: AtomicU64::new(size),
+            errseq: ErrSeq::new(),
+            invalidate_lock: RwLock::new(()),
+            nr_frames: AtomicUsize::new(0),
+            dirtied_at: Mutex::new(None),
+            this: this.clone(),
+        })
+    }
+
+    #[inline]
+    pub(crate) fn size(&self) -> u64 {
+        self.size.load(Ordering::Acquire)
+    }
+
+    #[inline]
+    pub(crate) fn pool(&self) -> &FramePool {
+        &self.cache.pool
+    }
+
+    #[inline]
+    pub(crate) fn policy(&self) -> WaitPolicy {
+        self.cache.config.wait_policy
+    }
+
+    // ---- lookups -------------------------------------------------------------------------
+
+    /// The folio at `index` with a reference, lock-free (DESIGN.md rule 5).
+    pub(crate) fn find_get(&self, index: u64) -> Option<FolioRef<'_>> {
+        let guard = rcu::pin();
+        let mut spins = 0u32;
+        loop {
+            let folio = match self.pages.load(index, &guard) {
+                Some(Entry::Pointer(f)) => f,
+                _ => return None,
+            };
+            if !folio.try_get() {
+                // Frozen (written in place or being evicted) or freed meanwhile: look again.
+                spins += 1;
+                if spins > 64 {
+                    std::thread::yield_now();
+                } else {
+                    std::hint::spin_loop();
+                }
+                continue;
+            }
+            // SAFETY: `try_get` gave us a counted reference on this descriptor of our pool.
+            let r = unsafe { self.pool().ref_from_raw(NonNull::from(folio)) };
+            match self.pages.load(index, &guard) {
+                Some(Entry::Pointer(again)) if ptr::eq(again, folio) => return Some(r),
+                _ => drop(r),
+            }
+        }
+    }
+
+    /// Whether `folio` (locked by the caller) is still this mapping's folio at `index`.
+    pub(crate) fn still_mapped(&self, folio: &Folio, index: u64) -> bool {
+        if folio.mapping() != self.id {
+            return false;
+        }
+        let guard = rcu::pin();
+        matches!(self.pages.load(index, &guard), Some(Entry::Pointer(p)) if ptr::eq(p, folio))
+    }
+
+    /// The folio at `index`, locked and checked to still be there.
+    pub(crate) fn lock_folio(&self, index: u64) -> Option<FolioGuard<'_>> {
+        loop {
+            let f = self.find_get(index)?;
+            let g = f.lock_with(self.policy());
+            if self.still_mapped(&g, index) {
+                return Some(g);
+            }
+        }
+    }
+
+    // ---- inserting -----------------------------------------------------------------------
+
+    /// Allocates a folio of order at most `order` for `index`, inserts it locked (not up to
+    /// date) into the index, and returns it. `None` if something is already there (or, when
+    /// `must` is false, if memory is short).
+    fn insert_new(&self, index: u64, order: u32, must: bool) -> Result<Option<FolioGuard<'_>>> {
+        let Some(folio) = reclaim::alloc(&self.cache, order, must)? else {
+            return Ok(None);
+        };
+        let order = folio.order();
+        debug_assert_eq!(index % (1u64 << order), 0);
+        folio.set_mapping(self.id);
+        folio.set_index(index);
+        let for_index = folio.clone().into_raw();
+        let g = folio.lock_with(self.policy());
+        match self.pages.add_with(
+            self.cache.config.add_walks,
+            index,
+            order,
+            Entry::Pointer(FolioPtr(for_index)),
+        ) {
+            Ok(shadow) => {
+                if shadow.is_some() {
+                    count(Event::Refaults);
+                }
+                g.set_lru();
+                let frames = 1usize << order;
+                self.nr_frames.fetch_add(frames, Ordering::Relaxed);
+                self.cache.cached.fetch_add(frames, Ordering::Relaxed);
+                Ok(Some(g))
+            }
+            Err(rejected) => {
+                // SAFETY: the index did not take the reference we made for it; it is ours.
+                drop(unsafe { self.pool().ref_from_raw(for_index) });
+                g.set_mapping(0);
+                drop(g);
+                match rejected.error {
+                    XaError::Exists { .. } => Ok(None),
+                    other => Err(FilemapError::Index(other)),
+                }
+            }
+        }
+    }
+
+    /// Removes the locked folio from the index (it stays alive for whoever holds references),
+    /// dropping its dirty state: its data is dead (truncation, or the file going away).
+    pub(crate) fn delete_from_index(&self, g: &FolioGuard<'_>) {
+        let index = g.index();
+        let frames = g.nr_frames();
+        if g.clear_dirty() {
+            self.cache.dirty.fetch_sub(frames, Ordering::Relaxed);
+        }
+        let expected = Entry::Pointer(g.folio() as *const Folio);
+        if let Ok(Some(Entry::Pointer(retired))) = self.pages.cmpxchg(index, Some(expected), None) {
+            drop(retired);
+            // SAFETY: the index owned one counted reference to this folio; it no longer holds
+            // the pointer, so the reference is ours to put (the guard holds another).
+            drop(unsafe { self.pool().ref_from_raw(NonNull::from(g.folio())) });
+            g.clear_lru();
+            g.set_mapping(0);
+            self.nr_frames.fetch_sub(frames, Ordering::Relaxed);
+            self.cache.cached.fetch_sub(frames, Ordering::Relaxed);
+        }
+    }
+
+    // ---- reading -------------------------------------------------------------------------
+
+    /// Fills the locked folio from the store (bytes past the end of the file read as zeros)
+    /// and marks it up to date. On an error the folio stays not up to date, with ERROR set.
+    pub(crate) fn read_into(&self, g: &mut FolioGuard<'_>) -> Result<()> {
+        if g.is_uptodate() {
+            return Ok(());
+        }
+        let start = g.index() << FRAME_SHIFT;
+        let size = self.size();
+        let buf = g.bytes_mut().expect("not up to date");
+        let valid = size.saturating_sub(start).min(buf.len() as u64) as usize;
+        if valid > 0 {
+            // Read whole pages: an O_DIRECT store needs aligned lengths.
+            let want = (valid as u64).div_ceil(PAGE_SIZE) as usize * PAGE_SIZE as usize;
+            let want = want.min(buf.len());
+            match self.store.read_full_at(start, &mut buf[..want]) {
+                Ok(n) => buf[n.min(valid)..].fill(0),
+                Err(e) => {
+                    g.set_error();
+                    return Err(e.into());
+                }
+            }
+            buf[valid..].fill(0);
+        } else {
+            buf.fill(0);
+        }
+        g.clear_error();
+        g.mark_uptodate();
+        Ok(())
+    }
+
+    /// Marks a folio as used, for reclaim's second chance.
+    #[inline]
+    fn mark_accessed(folio: &Folio) {
+        if !folio.is_referenced() {
+            folio.set_referenced();
+        }
+    }
+
+    /// The up-to-date folio at `index`, reading (with readahead) on a miss.
+    fn get_uptodate(&self, ra: &Mutex<RaState>, index: u64, req: u64) -> Result<FolioRef<'_>> {
+        loop {
+            if let Some(f) = self.find_get(index) {
+                if f.is_readahead() && f.clear_readahead() {
+                    self.async_readahead(ra, &f);
+                }
+                if f.is_uptodate() {
+                    count(Event::PageCacheHits);
+                    Self::mark_accessed(&f);
+                    return Ok(f);
+                }
+                // Being read by somebody (wait for the lock), or an earlier read failed.
+                let mut g = f.lock_with(self.policy());
+                if !self.still_mapped(&g, index) {
+                    continue;
+                }
+                self.read_into(&mut g)?;
+                Self::mark_accessed(&g);
+                return Ok(g.unlock());
+            }
+            count(Event::PageCacheMisses);
+            let window = ra.lock().unwrap().on_miss(index, req);
+            self.readahead(window, Some(index))?;
+        }
+    }
+
+    /// The marker folio `f` was reached: read the stream's next window asynchronously.
+    fn async_readahead(&self, ra: &Mutex<RaState>, f: &Folio) {
+        let first = f.index();
+        let last = first + f.nr_frames() as u64 - 1;
+        let window = ra.lock().unwrap().on_marker(first, last);
+        if let Some(w) = window {
+            // Best effort: a failure here is met again, and reported, by a synchronous read.
+            let _ = self.readahead(w, None);
+        }
+    }
+
+    /// Reads `w`: inserts a locked folio for every piece not cached (large folios where the
+    /// alignment allows), reads the piece holding `sync` now, and hands the rest to the
+    /// readahead threads. Stops at the first piece already cached or when memory is short.
+    fn readahead(&self, w: RaWindow, sync: Option<u64>) -> Result<()> {
+        let _inv = self.invalidate_lock.read().unwrap();
+        let end_page = self.size().div_ceil(PAGE_SIZE);
+        let end = (w.start + w.size).min(end_page);
+        if let Some(s) = sync {
+            if s >= end_page {
+                return Ok(());
+            }
+        }
+        let max_order = self.cache.config.max_folio_order;
+        let mut sync_guard = None;
+        let mut ahead = Vec::new();
+        let mut pieces = folio_orders(w.start, end.saturating_sub(w.start), max_order);
+        pieces.reverse();
+        while let Some((idx, order)) = pieces.pop() {
+            let holds_sync = sync.is_some_and(|s| s >= idx && s < idx + (1u64 << order));
+            let g = match self.insert_new(idx, order, holds_sync)? {
+                Some(g) => g,
+                None if holds_sync && order > 0 => {
+                    // A smaller folio is in the way: read the piece one page at a time.
+                    for i in (idx..idx + (1u64 << order)).rev() {
+                        pieces.push((i, 0));
+                    }
+                    continue;
+                }
+                // Already cached (the stream has caught up with data read before), or memory
+                // is short: readahead stops here, as the kernel's does.
+                None => break,
+            };
+            let covered = g.index()..g.index() + g.nr_frames() as u64;
+            if g.nr_frames() < (1usize << order) {
+                // The allocator gave a smaller folio: queue the rest of the piece.
+                for i in (covered.end..idx + (1u64 << order)).rev() {
+                    pieces.push((i, 0));
+                }
+            }
+            if w.marker.is_some_and(|m| covered.contains(&m)) {
+                g.set_readahead();
+            }
+            if sync.is_some_and(|s| covered.contains(&s)) {
+                sync_guard = Some(g);
+            } else {
+                ahead.push(g);
+            }
+        }
+        if !ahead.is_empty() {
+            match self.this.upgrade() {
+                Some(me) if self.cache.config.io_threads > 0 => {
+                    let folios = ahead
+                        .into_iter()
+                        .map(|g| RawLocked(g.into_raw().0))
+                        .collect();
+                    self.cache.workers.submit(ReadJob {
+                        mapping: me,
+                        folios,
+                    });
+                }
+                _ => {
+                    for mut g in ahead {
+                        if self.read_into(&mut g).is_ok() {
+                            count(Event::Readahead);
+                        }
+                    }
+                }
+            }
+        }
+        match sync_guard {
+            Some(mut g) => self.read_into(&mut g),
+            None => Ok(()),
+        }
+    }
+
+    pub(crate) fn read_at(
+        &self,
+        ra: &Mutex<RaState>,
+        offset: u64,
+        buf: &mut [u8],
+    ) -> Result<usize> {
+        check_range(offset, buf.len())?;
+        let size = self.size();
+        if offset >= size || buf.is_empty() {
+            return Ok(0);
+        }
+        let end = size.min(offset + buf.len() as u64);
+        let last = (end - 1) >> FRAME_SHIFT;
+        let mut pos = offset;
+        while pos < end {
+            let index = pos >> FRAME_SHIFT;
+            let f = self.get_uptodate(ra, index, last - index + 1)?;
+            let start = f.index() << FRAME_SHIFT;
+            let bytes = f.bytes().expect("up to date");
+            let off = (pos - start) as usize;
+            let n = (bytes.len() - off).min((end - pos) as usize);
+            let at = (pos - offset) as usize;
+            buf[at..at + n].copy_from_slice(&bytes[off..off + n]);
+            pos += n as u64;
+        }
+        ra.lock().unwrap().note_read(last);
+        Ok((end - offset) as usize)
+    }
+
+    pub(crate) fn read_folio(&self, ra: &Mutex<RaState>, index: u64) -> Result<FolioRef<'_>> {
+        if index >= self.size().div_ceil(PAGE_SIZE) {
+            return Err(FilemapError::Store(StoreError::Io {
+                op: Op::Read,
+                offset: index.saturating_mul(PAGE_SIZE),
+                kind: std::io::ErrorKind::UnexpectedEof,
+                errno: None,
+            }));
+        }
+        let f = self.get_uptodate(ra, index, 1)?;
+        ra.lock().unwrap().note_read(index);
+        Ok(f)
+    }
+
+    // ---- writing -------------------------------------------------------------------------
+
+    /// The locked folio to write `pos .. end` into, starting at page `index`: the cached one,
+    /// or a new one as large as the write covers (up to the configured order).
+    fn lock_for_write(&self, index: u64, pos: u64, end: u64) -> Result<FolioGuard<'_>> {
+        let mut order = 0;
+        if pos == index << FRAME_SHIFT {
+            while order < self.cache.config.max_folio_order
+                && index % (1u64 << (order + 1)) == 0
+                && (index + (1u64 << (order + 1))) << FRAME_SHIFT <= end
+            {
+                order += 1;
+            }
+        }
+        loop {
+            if let Some(g) = self.lock_folio(index) {
+                return Ok(g);
+            }
+            if let Some(g) = self.insert_new(index, order, true)? {
+                return Ok(g);
+            }
+            // Something overlapping is cached: fall back to one page.
+            order = 0;
+        }
+    }
+
+    /// Applies `f` to the bytes of the locked, up-to-date folio `g` (still mapped at its index):
+    /// in place if nobody else holds a reference, otherwise on a copy that replaces it in the
+    /// index, so readers keep the bytes they were reading. Returns the guard of the folio that
+    /// now holds the data.
+    fn modify<'a>(
+        &'a self,
+        mut g: FolioGuard<'a>,
+        f: impl FnOnce(&mut [u8]),
+    ) -> Result<FolioGuard<'a>> {
+        let mut f = Some(f);
+        if self.modify_in_place(&mut g, &mut f) {
+            return Ok(g);
+        }
+        let index = g.index();
+        let copy = reclaim::alloc(&self.cache, g.order(), true)?.expect("must allocate");
+        if copy.order() != g.order() {
+            // No block of that order: give the memory back and wait for the readers instead.
+            drop(copy);
+            while !self.modify_in_place(&mut g, &mut f) {
+                std::thread::yield_now();
+            }
+            return Ok(g);
+        }
+        let f = f.take().expect("not applied yet");
+        copy.set_mapping(self.id);
+        copy.set_index(index);
+        let for_index = copy.clone().into_raw();
+        let mut ng = copy.lock_with(self.policy());
+        {
+            let dst = ng.bytes_mut().expect("fresh folio");
+            dst.copy_from_slice(g.bytes());
+            f(dst);
+        }
+        ng.mark_uptodate();
+        let expected = Entry::Pointer(g.folio() as *const Folio);
+        match self.pages.cmpxchg(
+            index,
+            Some(expected),
+            Some(Entry::Pointer(FolioPtr(for_index))),
+        ) {
+            Ok(Some(Entry::Pointer(old))) => {
+                drop(old);
+                // SAFETY: the index's reference to the old folio is ours now.
+                drop(unsafe { self.pool().ref_from_raw(NonNull::from(g.folio())) });
+            }
+            other => unreachable!("a locked, mapped folio left its index: {other:?}"),
+        }
+        // The copy takes over the old folio's dirty state (the index's marks moved with it).
+        if g.clear_dirty() {
+            ng.set_dirty();
+        }
+        g.clear_lru();
+        g.set_mapping(0);
+        ng.set_lru();
+        Ok(ng)
+    }
+
+    /// Applies `f` in place if the count can be frozen (nobody but the index and `g` holds the
+    /// folio); returns whether it did.
+    fn modify_in_place(
+        &self,
+        g: &mut FolioGuard<'_>,
+        f: &mut Option<impl FnOnce(&mut [u8])>,
+    ) -> bool {
+        // SAFETY: the folio is mapped (checked by the caller under its lock, and only a lock
+        // holder removes it), so the index owns one raw reference; nobody uses that reference
+        // during the freeze (lookups only use references they took themselves).
+        match unsafe { g.freeze(1) } {
+            Some(mut frozen) => {
+                (f.take().expect("applied once"))(frozen.bytes_mut());
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Marks the locked folio dirty, in its flags, the index and the cache's count.
+    fn mark_dirty(&self, g: &FolioGuard<'_>) {
+        if !g.set_dirty() {
+            self.cache.dirty.fetch_add(g.nr_frames(), Ordering::Relaxed);
+            self.pages.set_mark(g.index(), DIRTY_MARK);
+            self.dirtied_at
+                .lock()
+                .unwrap()
+                .get_or_insert_with(Instant::now);
+        }
+    }
+
+    pub(crate) fn write_at(&self, offset: u64, data: &[u8]) -> Result<usize> {
+        let end = check_range(offset, data.len())?;
+        if data.is_empty() {
+            return Ok(0);
+        }
+        let mut pos = offset;
+        let result = {
+            let _inv = self.invalidate_lock.read().unwrap();
+            self.write_pages(offset, data, &mut pos, end)
+        };
+        super::writeback::balance_dirty(&self.cache);
+        match result {
+            Ok(()) => Ok(data.len()),
+            Err(_) if pos > offset => Ok((pos - offset) as usize),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn write_pages(&self, offset: u64, data: &[u8], pos: &mut u64, end: u64) -> Result<()> {
+        while *pos < end {
+            let index = *pos >> FRAME_SHIFT;
+            let mut g = self.lock_for_write(index, *pos, end)?;
+            // Stable pages: the bytes under write-back must not change.
+            g.wait_writeback_with(self.policy());
+            let start = g.index() << FRAME_SHIFT;
+            let off = (*pos - start) as usize;
+            let n = (g.size() - off).min((end - *pos) as usize);
+            let src = &data[(*pos - offset) as usize..][..n];
+            let whole = off == 0 && n == g.size();
+            if !g.is_uptodate() && !whole {
+                // A partial write: the rest of the folio comes from the store (or is zero).
+                self.read_into(&mut g)?;
+            }
+            if g.is_uptodate() {
+                g = self.modify(g, |b| b[off..off + n].copy_from_slice(src))?;
+            } else {
+                g.bytes_mut().expect("not up to date")[off..off + n].copy_from_slice(src);
+                g.mark_uptodate();
+            }
+            Self::mark_accessed(&g);
+            self.mark_dirty(&g);
+            *pos += n as u64;
+            self.size.fetch_max(*pos, Ordering::AcqRel);
+        }
+        Ok(())
+    }
+
+    // ---- truncation and invalidation -------------------------------------------------------
+
+    pub(crate) fn set_len(&self, len: u64) -> Result<()> {
+        if len > super::MAX_FILE_SIZE {
+            return Err(FilemapError::Overflow {
+                offset: len,
+                len: 0,
+            });
+        }
+        let _inv = self.invalidate_lock.write().unwrap();
+        let old = self.size();
+        if len >= old {
+            self.store.set_len(len)?;
+            self.size.store(len, Ordering::Release);
+            return Ok(());
+        }
+        self.size.store(len, Ordering::Release);
+        let first_dead = len.div_ceil(PAGE_SIZE);
+        // Every entry from the one holding byte `len` on.
+        let mut found = Vec::new();
+        self.pages
+            .for_each(len >> FRAME_SHIFT, u64::MAX, None, |e| {
+                found.push((e.index, e.entry.value()));
+                std::ops::ControlFlow::Continue(())
+            });
+        for (index, value) in found {
+            if let Some(v) = value {
+                if index >= first_dead {
+                    let _ = self.pages.cmpxchg(index, Some(Entry::Value(v)), None);
+                }
+                continue;
+            }
+            let Some(g) = self.lock_folio(index) else {
+                continue;
+            };
+            g.wait_writeback_with(self.policy());
+            if g.index() >= first_dead {
+                self.delete_from_index(&g);
+            } else if g.is_uptodate() {
+                // The folio holds the new end: zero what lies past it.
+                let from = (len - (g.index() << FRAME_SHIFT)) as usize;
+                drop(self.modify(g, |b| b[from..].fill(0))?);
+            }
+        }
+        self.store.set_len(len)?;
+        Ok(())
+    }
+
+    /// Drops every clean, unused folio; returns the frames freed.
+    pub(crate) fn invalidate(&self) -> usize {
+        let mut found = Vec::new();
+        self.pages.for_each(0, u64::MAX, None, |e| {
+            found.push((e.index, e.entry.is_value()));
+            std::ops::ControlFlow::Continue(())
+        });
+        let mut freed = 0;
+        for (index, is_value) in found {
+            if is_value {
+                let _ = self.pages.erase(index);
+                continue;
+            }
+            let Some(f) = self.find_get(index) else {
+                continue;
+            };
+            let Ok(mut g) = f.try_lock_with(self.policy()) else {
+                continue;
+            };
+            if !self.still_mapped(&g, index) || g.is_dirty() || g.is_writeback() {
+                continue;
+            }
+            let frames = g.nr_frames();
+            // SAFETY: mapped, so the index owns one raw reference, unused during the freeze.
+            let Some(mut frozen) = (unsafe { g.freeze(1) }) else {
+                continue;
+            };
+            let expected = Entry::Pointer(frozen.folio() as *const Folio);
+            if let Ok(Some(Entry::Pointer(old))) = self.pages.cmpxchg(index, Some(expected), None) {
+                drop(old);
+                // SAFETY: the index no longer holds the pointer; its reference ends here.
+                unsafe { frozen.release_raw_refs(1) };
+                drop(frozen);
+                g.clear_lru();
+                g.set_mapping(0);
+                self.nr_frames.fetch_sub(frames, Ordering::Relaxed);
+                self.cache.cached.fetch_sub(frames, Ordering::Relaxed);
+                freed += frames;
+            }
+        }
+        freed
+    }
+
+    /// Replaces the locked, clean, mapped folio `g` by a shadow entry, if nobody but the index
+    /// holds it; returns the frames freed (0 if it could not).
+    pub(crate) fn evict(&self, mut g: FolioGuard<'_>) -> usize {
+        let index = g.index();
+        let frames = g.nr_frames();
+        if g.is_dirty() || g.is_writeback() {
+            return 0;
+        }
+        // SAFETY: mapped (checked by the caller under the lock), so the index owns one raw
+        // reference; nobody uses it during the freeze.
+        let Some(mut frozen) = (unsafe { g.freeze(1) }) else {
+            return 0;
+        };
+        let shadow = self
+            .cache
+            .evictions
+            .fetch_add(frames as u64, Ordering::Relaxed)
+            & SHADOW_MASK;
+        let expected = Entry::Pointer(frozen.folio() as *const Folio);
+        match self
+            .pages
+            .cmpxchg(index, Some(expected), Some(Entry::Value(shadow)))
+        {
+            Ok(Some(Entry::Pointer(old))) => {
+                drop(old);
+                // SAFETY: the index no longer holds the pointer; its reference ends here.
+                unsafe { frozen.release_raw_refs(1) };
+            }
+            _ => return 0,
+        }
+        drop(frozen);
+        g.clear_lru();
+        g.set_mapping(0);
+        self.nr_frames.fetch_sub(frames, Ordering::Relaxed);
+        self.cache.cached.fetch_sub(frames, Ordering::Relaxed);
+        count(Event::Evictions);
+        frames
+    }
+
+    /// Records a write-back failure for every handle's next `fsync`.
+    pub(crate) fn record_error(&self, e: &StoreError) {
+        self.errseq.set(errno_of(e));
+    }
+}
+
+impl Drop for Mapping {
+    /// The last handle is gone: write back what is dirty (errors can no longer be reported to
+    /// anyone; the data of folios that still fail is dropped with the file, as the kernel drops
+    /// it when an inode is evicted), then empty the index and give every frame back.
+    fn drop(&mut self) {
+        let _ = self.write_back_range(0, u64::MAX, true);
+        let mut found = Vec::new();
+        self.pages.for_each(0, u64::MAX, None, |e| {
+            found.push((e.index, e.entry.is_value()));
+            std::ops::ControlFlow::Continue(())
+        });
+        for (index, is_value) in found {
+            if is_value {
+                let _ = self.pages.erase(index);
+            } else if let Some(g) = self.lock_folio(index) {
+                g.wait_writeback_with(self.policy());
+                self.delete_from_index(&g);
+            }
+        }
+        self.cache.files.lock().unwrap().remove(&self.id);
+    }
+}

@@ -1,0 +1,149 @@
+//! The cache's background threads: the flusher (write-back) and the readahead I/O threads.
+//!
+//! The threads hold only the shared queue state and a weak reference to the cache, so the cache
+//! goes away when its last user does; its drop tells the threads to stop (it does not join them,
+//! since it may be running on one of them — a readahead job can hold the last reference).
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Condvar, Mutex, Weak};
+use std::time::Duration;
+
+use super::mapping::ReadJob;
+use super::{writeback, Cache, CacheConfig};
+
+#[derive(Default)]
+struct State {
+    stop: bool,
+    jobs: VecDeque<ReadJob>,
+    kicked: bool,
+    /// Flusher passes completed.
+    passes: u64,
+}
+
+#[derive(Default)]
+struct Shared {
+    state: Mutex<State>,
+    io: Condvar,
+    flush: Condvar,
+    pass_done: Condvar,
+}
+
+pub(crate) struct Workers {
+    shared: Arc<Shared>,
+}
+
+impl Workers {
+    /// Starts the flusher and `config.io_threads` readahead threads for `cache`.
+    pub(crate) fn start(cache: Weak<Cache>, config: &CacheConfig) -> Workers {
+        let shared = Arc::new(Shared::default());
+        {
+            let shared = shared.clone();
+            let interval = config.flush_interval;
+            std::thread::Builder::new()
+                .name("quire-flush".into())
+                .spawn(move || flusher(cache, shared, interval))
+                .expect("spawning the flusher thread");
+        }
+        for i in 0..config.io_threads {
+            let shared = shared.clone();
+            std::thread::Builder::new()
+                .name(format!("quire-io-{i}"))
+                .spawn(move || io_thread(shared))
+                .expect("spawning a readahead thread");
+        }
+        Workers { shared }
+    }
+
+    /// Queues a readahead job.
+    pub(crate) fn submit(&self, job: ReadJob) {
+        let mut st = self.shared.state.lock().unwrap();
+        if st.stop {
+            drop(st);
+            job.run();
+            return;
+        }
+        st.jobs.push_back(job);
+        drop(st);
+        self.shared.io.notify_one();
+    }
+
+    /// Wakes the flusher.
+    pub(crate) fn kick_flusher(&self) {
+        let mut st = self.shared.state.lock().unwrap();
+        if !st.kicked {
+            st.kicked = true;
+            drop(st);
+            self.shared.flush.notify_one();
+        }
+    }
+
+    /// Waits until `ok()` holds or the flusher has completed two passes since the call (so a
+    /// writer is paced by write-back but never waits forever, even when write-back fails).
+    pub(crate) fn throttle(&self, ok: impl Fn() -> bool) {
+        let mut st = self.shared.state.lock().unwrap();
+        let until = st.passes + 2;
+        while !ok() && st.passes < until && !st.stop {
+            st.kicked = true;
+            self.shared.flush.notify_one();
+            st = self
+                .shared
+                .pass_done
+                .wait_timeout(st, Duration::from_millis(50))
+                .unwrap()
+                .0;
+        }
+    }
+
+    /// Tells the threads to stop once their queue is empty.
+    pub(crate) fn stop(&self) {
+        self.shared.state.lock().unwrap().stop = true;
+        self.shared.io.notify_all();
+        self.shared.flush.notify_all();
+        self.shared.pass_done.notify_all();
+    }
+}
+
+fn flusher(cache: Weak<Cache>, shared: Arc<Shared>, interval: Duration) {
+    loop {
+        {
+            let mut st = shared.state.lock().unwrap();
+            if !st.kicked && !st.stop {
+                st = shared.flush.wait_timeout(st, interval).unwrap().0;
+            }
+            if st.stop {
+                return;
+            }
+            st.kicked = false;
+        }
+        let Some(cache) = cache.upgrade() else {
+            return;
+        };
+        // A few passes in a row while they make progress above the threshold.
+        for _ in 0..8 {
+            let again = writeback::flush_pass(&cache);
+            shared.state.lock().unwrap().passes += 1;
+            shared.pass_done.notify_all();
+            if !again {
+                break;
+            }
+        }
+    }
+}
+
+fn io_thread(shared: Arc<Shared>) {
+    loop {
+        let job = {
+            let mut st = shared.state.lock().unwrap();
+            loop {
+                if let Some(job) = st.jobs.pop_front() {
+                    break job;
+                }
+                if st.stop {
+                    return;
+                }
+                st = shared.io.wait(st).unwrap();
+            }
+        };
+        job.run();
+    }
+}

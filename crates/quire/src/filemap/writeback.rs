@@ -1,0 +1,197 @@
+//! Write-back: writing dirty folios to the store, waiting for it (`fsync`), the background
+//! flusher's pass, and throttling writers when dirty memory passes the limit (the kernel's
+//! `balance_dirty_pages`).
+//!
+//! A folio under write-back is clean (its DIRTY flag and mark were cleared when the write-back
+//! started) and has WRITEBACK set; the folio lock is not held during the I/O. Nobody removes a
+//! folio from its index while WRITEBACK is set — truncation waits for it, reclaim and
+//! invalidation skip it, and writers wait for it before changing the bytes — so the bytes are
+//! stable and the folio is still in the index when the write ends. If the write fails, the folio
+//! is made dirty again before WRITEBACK is cleared (DESIGN.md rule 6) and the error is recorded
+//! in the file's error sequence.
+
+use std::ptr;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use super::mapping::Mapping;
+use super::{Cache, Result, DIRTY_MARK, TOWRITE_MARK, WRITEBACK_MARK};
+use crate::mem::folio::{Folio, FolioGuard, FolioRef, FRAME_SHIFT};
+use crate::stats::{count, Event};
+use crate::xarray::Entry;
+
+impl Mapping {
+    /// Writes the dirty folios of pages `first ..= last` to the store. With `wait`, also waits
+    /// for folios it cannot lock at once and for every write-back in the range to finish (a
+    /// data-integrity write-back); without, it skips busy folios (the flusher). Returns the
+    /// first error; every error is also recorded for `fsync`.
+    pub(crate) fn write_back_range(&self, first: u64, last: u64, wait: bool) -> Result<()> {
+        let policy = self.policy();
+        let mut targets = Vec::new();
+        self.pages.for_each(first, last, Some(DIRTY_MARK), |e| {
+            if !e.entry.is_value() {
+                targets.push(e.index);
+            }
+            std::ops::ControlFlow::Continue(())
+        });
+        let mut first_err = None;
+        for index in targets {
+            let Some(f) = self.find_get(index) else {
+                continue;
+            };
+            let g = if wait {
+                f.lock_with(policy)
+            } else {
+                match f.try_lock_with(policy) {
+                    Ok(g) => g,
+                    Err(_) => continue,
+                }
+            };
+            if !self.still_mapped(&g, index) || !g.is_dirty() {
+                continue;
+            }
+            if g.is_writeback() {
+                if !wait {
+                    continue;
+                }
+                g.wait_writeback_with(policy);
+            }
+            if let Err(e) = self.write_folio(g) {
+                first_err.get_or_insert(e);
+            }
+        }
+        if wait {
+            let mut busy = Vec::new();
+            self.pages
+                .for_each(first, last, Some(super::WRITEBACK_MARK), |e| {
+                    busy.push(e.index);
+                    std::ops::ControlFlow::Continue(())
+                });
+            for index in busy {
+                if let Some(f) = self.find_get(index) {
+                    f.wait_writeback_with(policy);
+                }
+            }
+        }
+        if !self.pages.marked(DIRTY_MARK) {
+            *self.dirtied_at.lock().unwrap() = None;
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+
+    /// Writes one locked folio to the store if it is dirty. The lock is dropped for the I/O.
+    pub(crate) fn write_folio(&self, g: FolioGuard<'_>) -> Result<()> {
+        let policy = self.policy();
+        let index = g.index();
+        let frames = g.nr_frames();
+        if !g.clear_dirty() {
+            return Ok(());
+        }
+        self.cache.dirty.fetch_sub(frames, Ordering::Relaxed);
+        g.start_writeback();
+        {
+            let mut xa = self.pages.lock();
+            xa.clear_mark(index, DIRTY_MARK);
+            xa.clear_mark(index, TOWRITE_MARK);
+            xa.set_mark(index, WRITEBACK_MARK);
+        }
+        let f = g.unlock();
+        let result = self.write_out(&f);
+        match &result {
+            Ok(()) => count(Event::Writeback),
+            Err(e) => {
+                self.record_error(e);
+                f.set_error();
+                // Keep the data: dirty again, before write-back ends (nobody removes a folio
+                // under write-back, and writers wait for it, so no lock is needed).
+                if !f.set_dirty() {
+                    self.cache.dirty.fetch_add(frames, Ordering::Relaxed);
+                }
+                self.set_mark_if_mapped(&f, index, DIRTY_MARK, true);
+                self.dirtied_at
+                    .lock()
+                    .unwrap()
+                    .get_or_insert_with(Instant::now);
+            }
+        }
+        self.set_mark_if_mapped(&f, index, WRITEBACK_MARK, false);
+        f.end_writeback_with(policy);
+        result.map_err(Into::into)
+    }
+
+    /// Sets or clears `mark` at `index` if the slot still holds `folio`, under the index lock.
+    fn set_mark_if_mapped(&self, folio: &Folio, index: u64, mark: crate::xarray::Mark, on: bool) {
+        if folio.mapping() != self.id {
+            return;
+        }
+        let mut xa = self.pages.lock();
+        if matches!(xa.load(index), Some(Entry::Pointer(p)) if ptr::eq(p, folio)) {
+            if on {
+                xa.set_mark(index, mark);
+            } else {
+                xa.clear_mark(index, mark);
+            }
+        }
+    }
+
+    /// The I/O of a write-back: the folio's bytes up to the end of the file. A store that needs
+    /// aligned requests gets whole pages, and is then cut back to the file's length.
+    fn write_out(&self, f: &FolioRef<'_>) -> crate::store::Result<()> {
+        let start = f.index() << FRAME_SHIFT;
+        let size = self.size();
+        if start >= size {
+            return Ok(());
+        }
+        let bytes = f.bytes().expect("a dirty folio is up to date");
+        let len = (size - start).min(bytes.len() as u64) as usize;
+        let align = self.store.alignment().max(1);
+        let out = len.div_ceil(align).saturating_mul(align).min(bytes.len());
+        self.store.write_all_at(start, &bytes[..out])?;
+        if out > len {
+            // The page past the end went out whole; cut the store back to the file's length.
+            self.store.set_len(self.size().max(start + len as u64))?;
+        }
+        Ok(())
+    }
+
+    /// Whether data of this file has been dirty for longer than the cache's expiry.
+    pub(crate) fn expired(&self, now: Instant) -> bool {
+        self.dirtied_at
+            .lock()
+            .unwrap()
+            .is_some_and(|t| now.duration_since(t) >= self.cache.config.dirty_expire)
+    }
+}
+
+/// Called by writers after dirtying memory: wakes the flusher above the background threshold,
+/// and above the limit waits for it to make progress (a pass of write-back), so that dirty
+/// memory stays near the limit under any load.
+pub(crate) fn balance_dirty(cache: &Cache) {
+    let dirty = cache.dirty.load(Ordering::Relaxed);
+    if dirty <= cache.dirty_background_frames() {
+        return;
+    }
+    cache.workers.kick_flusher();
+    let limit = cache.dirty_limit_frames();
+    if dirty > limit {
+        cache
+            .workers
+            .throttle(|| cache.dirty.load(Ordering::Relaxed) <= limit);
+    }
+}
+
+/// One pass of the flusher: writes back every file if dirty memory is above the background
+/// threshold, and otherwise the files whose dirty data has expired. Returns whether dirty memory
+/// is still above the threshold and the pass made progress (so another pass should follow).
+pub(crate) fn flush_pass(cache: &Cache) -> bool {
+    let before = cache.dirty.load(Ordering::Relaxed);
+    let over = before > cache.dirty_background_frames();
+    let now = Instant::now();
+    for m in cache.mappings() {
+        if over || m.expired(now) {
+            let _ = m.write_back_range(0, u64::MAX, false);
+        }
+    }
+    let after = cache.dirty.load(Ordering::Relaxed);
+    after > cache.dirty_background_frames() && after < before
+}
