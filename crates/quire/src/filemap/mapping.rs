@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Instant;
 
-use super::readahead::{folio_orders, RaState, RaWindow};
+use super::readahead::{folio_orders, RaWindow, Readahead};
 use super::{
     check_range, errno_of, reclaim, Cache, FilemapError, FolioPtr, Result, DIRTY_MARK, PAGE_SIZE,
 };
@@ -261,7 +261,7 @@ impl Mapping {
     }
 
     /// The up-to-date folio at `index`, reading (with readahead) on a miss.
-    fn get_uptodate(&self, ra: &Mutex<RaState>, index: u64, req: u64) -> Result<FolioRef<'_>> {
+    fn get_uptodate(&self, ra: &Readahead, index: u64, req: u64) -> Result<FolioRef<'_>> {
         loop {
             if let Some(f) = self.find_get(index) {
                 if f.is_readahead() && f.clear_readahead() {
@@ -282,16 +282,16 @@ impl Mapping {
                 return Ok(g.unlock());
             }
             count(Event::PageCacheMisses);
-            let window = ra.lock().unwrap().on_miss(index, req);
+            let window = ra.on_miss(index, req);
             self.readahead(window, Some(index))?;
         }
     }
 
     /// The marker folio `f` was reached: read the stream's next window asynchronously.
-    fn async_readahead(&self, ra: &Mutex<RaState>, f: &Folio) {
+    fn async_readahead(&self, ra: &Readahead, f: &Folio) {
         let first = f.index();
         let last = first + f.nr_frames() as u64 - 1;
-        let window = ra.lock().unwrap().on_marker(first, last);
+        let window = ra.on_marker(first, last);
         if let Some(w) = window {
             // Best effort: a failure here is met again, and reported, by a synchronous read.
             let _ = self.readahead(w, None);
@@ -373,12 +373,7 @@ impl Mapping {
         }
     }
 
-    pub(crate) fn read_at(
-        &self,
-        ra: &Mutex<RaState>,
-        offset: u64,
-        buf: &mut [u8],
-    ) -> Result<usize> {
+    pub(crate) fn read_at(&self, ra: &Readahead, offset: u64, buf: &mut [u8]) -> Result<usize> {
         check_range(offset, buf.len())?;
         let size = self.size();
         if offset >= size || buf.is_empty() {
@@ -398,11 +393,11 @@ impl Mapping {
             buf[at..at + n].copy_from_slice(&bytes[off..off + n]);
             pos += n as u64;
         }
-        ra.lock().unwrap().note_read(last);
+        ra.note_read(last);
         Ok((end - offset) as usize)
     }
 
-    pub(crate) fn read_folio(&self, ra: &Mutex<RaState>, index: u64) -> Result<FolioRef<'_>> {
+    pub(crate) fn read_folio(&self, ra: &Readahead, index: u64) -> Result<FolioRef<'_>> {
         if index >= self.size().div_ceil(PAGE_SIZE) {
             return Err(FilemapError::Store(StoreError::Io {
                 op: Op::Read,
@@ -412,7 +407,7 @@ impl Mapping {
             }));
         }
         let f = self.get_uptodate(ra, index, 1)?;
-        ra.lock().unwrap().note_read(index);
+        ra.note_read(index);
         Ok(f)
     }
 

@@ -75,7 +75,7 @@ use crate::xarray::{AddWalks, Mark, XaPointer};
 
 pub use errseq::{ErrSeq, ErrSeqSince};
 use mapping::Mapping;
-pub use readahead::{RaState, RaWindow};
+pub use readahead::{RaState, RaWindow, Readahead};
 
 /// The index mark of dirty folios.
 pub const DIRTY_MARK: Mark = Mark::M0;
@@ -409,7 +409,7 @@ impl std::fmt::Debug for PageCache {
 /// position in the file's write-back error sequence.
 pub struct CachedFile {
     mapping: Arc<Mapping>,
-    ra: Mutex<RaState>,
+    ra: Readahead,
     since: Mutex<ErrSeqSince>,
 }
 
@@ -419,7 +419,7 @@ impl CachedFile {
         let since = mapping.errseq.sample();
         CachedFile {
             mapping,
-            ra: Mutex::new(RaState::new(max)),
+            ra: Readahead::new(max),
             since: Mutex::new(since),
         }
     }

@@ -153,6 +153,51 @@ impl RaState {
     }
 }
 
+/// A handle's readahead state as shared by the threads that use the handle: the window behind a
+/// mutex, taken only on misses and markers, and the last index read in an atomic, written on
+/// every read (and only when it changes), so that hits never take a lock.
+#[derive(Debug)]
+pub struct Readahead {
+    state: Mutex<RaState>,
+    /// The last index read, `u64::MAX` for none.
+    prev: AtomicU64,
+}
+
+impl Readahead {
+    /// A fresh state reading ahead at most `max_pages` pages at a time.
+    pub fn new(max_pages: u64) -> Readahead {
+        Readahead {
+            state: Mutex::new(RaState::new(max_pages)),
+            prev: AtomicU64::new(u64::MAX),
+        }
+    }
+
+    /// Notes that the handle read up to and including `last`.
+    #[inline]
+    pub fn note_read(&self, last: u64) {
+        if self.prev.load(Ordering::Relaxed) != last {
+            self.prev.store(last, Ordering::Relaxed);
+        }
+    }
+
+    fn locked(&self) -> std::sync::MutexGuard<'_, RaState> {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let prev = self.prev.load(Ordering::Relaxed);
+        st.prev = (prev != u64::MAX).then_some(prev);
+        st
+    }
+
+    /// [`RaState::on_miss`].
+    pub fn on_miss(&self, index: u64, req: u64) -> RaWindow {
+        self.locked().on_miss(index, req)
+    }
+
+    /// [`RaState::on_marker`].
+    pub fn on_marker(&self, first: u64, last: u64) -> Option<RaWindow> {
+        self.locked().on_marker(first, last)
+    }
+}
+
 /// Cuts `[start, start + nr)` into naturally aligned pieces of order at most `max_order`,
 /// largest first where alignment allows: `(index, order)` pairs in index order.
 pub fn folio_orders(start: u64, nr: u64, max_order: u32) -> Vec<(u64, u32)> {
@@ -173,6 +218,9 @@ pub fn folio_orders(start: u64, nr: u64, max_order: u32) -> Vec<(u64, u32)> {
     }
     out
 }
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 
 #[cfg(all(test, not(loom)))]
 mod tests {
