@@ -116,7 +116,11 @@ fn flusher(cache: Weak<Cache>, shared: Arc<Shared>, interval: Duration) {
             st.kicked = false;
         }
         let Some(cache) = cache.upgrade() else {
-            return;
+            // Gone (its drop also sets `stop`), or not finished being built yet.
+            if shared.state.lock().unwrap().stop {
+                return;
+            }
+            continue;
         };
         // A few passes in a row while they make progress above the threshold.
         for _ in 0..8 {
