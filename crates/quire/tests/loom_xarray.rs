@@ -169,3 +169,121 @@ fn reader_of_a_sibling_races_a_multi_index_store() {
         writer.join().unwrap();
     });
 }
+
+/// The re-check of a lock-free lookup: a reader loads a pointer through a node that the
+/// writer then shrinks away (the entry moves to the head), after which the writer erases the
+/// entry and says so. A reader that learns of the erase (as a page-cache reader learns of it by
+/// failing or succeeding to take a reference) must not find the old pointer again when it
+/// re-checks through its cursor: the stale slot holds a retry entry.
+#[test]
+fn reload_after_removal_never_returns_the_stale_pointer() {
+    builder().check(|| {
+        let freed = Arc::new(AtomicBool::new(false));
+        let done = Arc::new(AtomicBool::new(false));
+        let xa: Arc<XArray<Box<Item>>> = Arc::new(XArray::new());
+        xa.store(
+            0,
+            Some(Entry::Pointer(Box::new(Item {
+                id: 1,
+                freed: freed.clone(),
+            }))),
+        )
+        .unwrap();
+        xa.store(5, Some(Entry::Value(5))).unwrap();
+        let writer = {
+            let (xa, done) = (xa.clone(), done.clone());
+            thread::spawn(move || {
+                xa.erase(5); // shrink: the entry of index 0 moves to the head
+                drop(xa.erase(0));
+                done.store(true, Ordering::Release);
+            })
+        };
+        {
+            let g = rcu::pin();
+            let mut c = xa.cursor(0, &g);
+            let first = c.load().map(|e| e.as_raw());
+            if let Some(Entry::Pointer(p)) = first {
+                // SAFETY: loaded under `g`, which is still held.
+                assert_eq!(unsafe { (*p).id }, 1);
+                assert!(!freed.load(Ordering::SeqCst));
+            }
+            if done.load(Ordering::Acquire) {
+                let again = c.reload().map(|e| e.as_raw());
+                assert!(again.is_none(), "the re-check found an erased entry");
+            }
+        }
+        writer.join().unwrap();
+    });
+}
+
+/// A split (its nodes allocated outside the lock, then linked siblings first) races a reader:
+/// every index of the entry reads the same value throughout, and an iteration reports the
+/// whole entry or disjoint pieces of it.
+#[test]
+fn reader_races_a_split() {
+    builder().check(|| {
+        let xa: Arc<XArray<std::sync::Arc<u64>>> = Arc::new(XArray::new());
+        // Order 3 with 4-slot nodes: two slots of a shift-2 node.
+        xa.store_order(8, 3, Some(Entry::Value(8))).unwrap();
+        let writer = {
+            let xa = xa.clone();
+            thread::spawn(move || xa.split(13, 0).unwrap())
+        };
+        {
+            let g = rcu::pin();
+            assert_eq!(xa.load(13, &g).and_then(|e| e.value()), Some(8));
+            let mut next = 8;
+            for f in xa.range(0, 100, &g) {
+                assert_eq!(f.entry.value(), Some(8));
+                assert!(f.index >= next, "pieces overlap");
+                assert!(f.last() <= 15);
+                next = f.last() + 1;
+            }
+        }
+        writer.join().unwrap();
+        let g = rcu::pin();
+        assert_eq!(xa.range(0, 100, &g).count(), 8);
+    });
+}
+
+/// The insert of technique 4 over a larger shadow drops the lock to allocate the split's nodes;
+/// another writer replaces the shadow meanwhile by a larger one, whose split needs more nodes.
+/// The insert notices, starts over (allocating again) and returns the shadow it really
+/// replaced; the end state is one of the two serial orders.
+#[test]
+fn add_over_a_larger_shadow_races_a_writer_that_replaces_it() {
+    builder().check(|| {
+        let xa: Arc<XArray<Box<u64>>> = Arc::new(XArray::new());
+        // Order 3 with 4-slot nodes: two slots of a shift-2 node; splitting it to order 0
+        // needs two nodes, allocated outside the lock.
+        xa.store_order(8, 3, Some(Entry::Value(3))).unwrap();
+        let other = {
+            let xa = xa.clone();
+            thread::spawn(move || {
+                xa.store_order(0, 4, Some(Entry::Value(99)))
+                    .unwrap()
+                    .and_then(|e| e.value())
+            })
+        };
+        let shadow = xa.add(12, 0, Entry::Pointer(Box::new(7))).unwrap();
+        let replaced = other.join().unwrap();
+        let g = rcu::pin();
+        let at = |i| xa.load(i, &g).map(|e| e.value());
+        match shadow {
+            // The insert went first; the other store then replaced everything in 0..=15.
+            Some(3) => {
+                assert_eq!(replaced, Some(3));
+                assert_eq!(xa.get_order(12, &g), 4);
+                assert_eq!(at(12), Some(Some(99)));
+            }
+            // The other store went first: the insert split the new shadow.
+            Some(99) => {
+                assert_eq!(replaced, Some(3));
+                assert_eq!(at(12), Some(None), "the pointer is there");
+                assert_eq!(at(13), Some(Some(99)));
+                assert_eq!(xa.get_order(13, &g), 0);
+            }
+            other => panic!("the insert returned {other:?}"),
+        }
+    });
+}

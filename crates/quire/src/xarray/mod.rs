@@ -833,6 +833,13 @@ pub struct XArray<P: XaPointer> {
     _owns: PhantomData<P>,
 }
 
+// SAFETY: the array owns its pointers, which are `Send`; moving the array moves them.
+unsafe impl<P: XaPointer> Send for XArray<P> {}
+// SAFETY: through `&XArray` readers on any thread get `&P::Target` (hence `Target: Sync`) and
+// writers on any thread take pointers out or drop them (`P: Send`, required by `XaPointer`);
+// everything else is atomics and the lock.
+unsafe impl<P: XaPointer> Sync for XArray<P> where P::Target: Sync {}
+
 impl<P: XaPointer> Default for XArray<P> {
     fn default() -> Self {
         XArray::new()

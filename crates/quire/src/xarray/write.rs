@@ -19,6 +19,12 @@ use std::sync::MutexGuard;
 
 use super::*;
 
+mod add;
+mod state;
+
+pub(super) use add::{add, add_multi_walk};
+pub use state::XaState;
+
 /// Borrows a node the writer knows to be alive.
 ///
 /// # Safety
@@ -99,24 +105,6 @@ impl Loc {
     }
 }
 
-/// What the conflict part of an insert found in the range.
-enum Conflict {
-    /// Nothing.
-    None,
-    /// Only values of the range's order or smaller; the first (lowest index).
-    Shadows(usize),
-    /// A pointer entry.
-    Pointer,
-    /// A value entry of larger order covering the whole range.
-    Larger {
-        node: *const Node,
-        canon: usize,
-        word: usize,
-        order: u32,
-    },
-}
-
-/// Nodes allocated in advance (outside the lock) for a split; see [`XaLock::split_with`].
 /// Unused nodes are freed when it is dropped.
 pub struct NodeReserve {
     // Boxed: each node is handed over to the tree as its own allocation.
@@ -536,12 +524,13 @@ impl<'a, P: XaPointer> XaLock<'a, P> {
             }
         }
         // The walk may have gone below the level of the entry.
-        // SAFETY (all `nd` below): nodes on the path are linked while the lock is held.
+        // SAFETY: nodes on the path are linked while the lock is held.
         while unsafe { nd(path.last()) }.shift() < s {
             path.pop();
         }
         // Down to level `s`, removing larger entries and creating nodes on the way.
         let at_level = loop {
+            // SAFETY: nodes on the path are linked while the lock is held.
             let node = unsafe { nd(path.last()) };
             if node.shift() == s {
                 break true;
@@ -572,6 +561,7 @@ impl<'a, P: XaPointer> XaLock<'a, P> {
             path.push(child);
         };
         if at_level {
+            // SAFETY: nodes on the path are linked while the lock is held.
             let node = unsafe { nd(path.last()) };
             let o = offset(s, start);
             let w0 = node.slot(o);
@@ -868,185 +858,6 @@ impl<'a, P: XaPointer> XaLock<'a, P> {
         Ok(())
     }
 
-    // ---- the insert of technique 4 ----
-
-    /// Looks for every entry overlapping the aligned range of `order` at `start` from a path
-    /// walked towards it (stopped at the range's level) — no new walk.
-    fn find_conflicts(&self, path: &Path, start: u64, order: u32) -> Conflict {
-        let s = level_of(order);
-        let n = 1usize << (order - s);
-        let last = start + span(order);
-        if path.len == 0 {
-            let h = self.head();
-            return if start == 0 && h != 0 {
-                if is_pointer(h) {
-                    Conflict::Pointer
-                } else {
-                    Conflict::Shadows(h)
-                }
-            } else {
-                Conflict::None
-            };
-        }
-        // SAFETY (all `nd` here): nodes on the path are linked while the lock is held.
-        let root = unsafe { nd(path.nodes[0]) };
-        if !covers(root.shift(), start) {
-            return Conflict::None;
-        }
-        let mut first = 0usize;
-        if root.shift() < s || !covers(root.shift(), last) {
-            // The range holds the whole tree.
-            return self.subtree_conflicts(mk_node(path.nodes[0]), &mut first);
-        }
-        let node_p = path.last();
-        let node = unsafe { nd(node_p) };
-        let off = offset(node.shift(), start);
-        let larger = |c: usize| -> Conflict {
-            let w = node.slot(c);
-            if is_pointer(w) {
-                Conflict::Pointer
-            } else {
-                Conflict::Larger {
-                    node: node_p,
-                    canon: c,
-                    word: w,
-                    order: order_of(node.shift(), node.extent(c)),
-                }
-            }
-        };
-        let w0 = node.slot(off);
-        if node.shift() > s {
-            // The walk stopped above the range's level: the slot is empty or holds a larger
-            // entry.
-            return match w0 {
-                0 => Conflict::None,
-                w if is_sibling(w) => larger(sibling_offset(w)),
-                _ => larger(off),
-            };
-        }
-        if is_sibling(w0) {
-            return larger(sibling_offset(w0));
-        }
-        if is_entry(w0) && node.extent(off) > n {
-            return larger(off);
-        }
-        for j in off..off + n {
-            let w = node.slot(j);
-            if is_pointer(w) {
-                return Conflict::Pointer;
-            }
-            if is_value(w) {
-                if first == 0 {
-                    first = w;
-                }
-            } else if is_node(w) {
-                if let Conflict::Pointer = self.subtree_conflicts(w, &mut first) {
-                    return Conflict::Pointer;
-                }
-            }
-        }
-        if first == 0 {
-            Conflict::None
-        } else {
-            Conflict::Shadows(first)
-        }
-    }
-
-    /// Every entry below node word `w`: a pointer, or the values (first one kept in `first`).
-    fn subtree_conflicts(&self, w: usize, first: &mut usize) -> Conflict {
-        // SAFETY: a linked node, under the lock.
-        let node = unsafe { nd(node_ptr(w)) };
-        for j in 0..CHUNK {
-            let x = node.slot(j);
-            if is_pointer(x) {
-                return Conflict::Pointer;
-            }
-            if is_value(x) {
-                if *first == 0 {
-                    *first = x;
-                }
-            } else if is_node(x) {
-                if let Conflict::Pointer = self.subtree_conflicts(x, first) {
-                    return Conflict::Pointer;
-                }
-            }
-        }
-        if *first == 0 {
-            Conflict::None
-        } else {
-            Conflict::Shadows(*first)
-        }
-    }
-
-    /// One attempt at the single-walk insert under the lock.
-    fn add_locked(
-        &mut self,
-        start: u64,
-        order: u32,
-        new: usize,
-        reserve: &mut Option<SplitReserve>,
-    ) -> AddStep {
-        let s = level_of(order);
-        let mut path = self.walk(start, s);
-        loop {
-            match self.find_conflicts(&path, start, order) {
-                Conflict::Pointer => return AddStep::Fail(XaError::Exists { index: start }),
-                Conflict::Larger {
-                    node,
-                    canon,
-                    word,
-                    order: big,
-                } => {
-                    let nodes = split_nodes(big, order);
-                    if nodes > MAX_SPLIT_NODES {
-                        return AddStep::Fail(XaError::SplitTooLarge {
-                            have: big,
-                            want: order,
-                            nodes,
-                        });
-                    }
-                    let big_start = start & !span(big);
-                    let ready = match reserve {
-                        Some(r) => {
-                            r.word == word
-                                && r.start == big_start
-                                && r.order == big
-                                && r.nodes.len() >= nodes
-                        }
-                        None => false,
-                    };
-                    if nodes > 0 && !ready {
-                        *reserve = None;
-                        return AddStep::NeedSplit(
-                            SplitReserve {
-                                word,
-                                start: big_start,
-                                order: big,
-                                nodes: NodeReserve::new(0),
-                            },
-                            nodes,
-                        );
-                    }
-                    let mut nodes_in = reserve
-                        .take()
-                        .map_or_else(|| NodeReserve::new(0), |r| r.nodes);
-                    let generation = self.generation;
-                    self.split_entry(node, canon, word, big, order, &mut nodes_in, &|w| w);
-                    // The split replaced the larger shadow by pieces of `order`; continue the
-                    // same walk down to them (unless the tree shrank under the path).
-                    if generation == self.generation {
-                        self.descend(&mut path, start, s);
-                    } else {
-                        path = self.walk(start, s);
-                    }
-                }
-                Conflict::Shadows(_) | Conflict::None => {
-                    return AddStep::Done(self.store_from(&mut path, start, order, new));
-                }
-            }
-        }
-    }
-
     // ---- public operations ----
 
     /// The entry at `index` (under the lock; valid while this borrow lasts).
@@ -1195,17 +1006,6 @@ impl<'a, P: XaPointer> XaLock<'a, P> {
         self.get_mark_at(&path, index, mark)
     }
 
-    /// A cursor at `index` that walks once and then works at the position it reached.
-    pub fn state(&mut self, index: u64) -> XaState<'_, 'a, P> {
-        XaState {
-            lock: self,
-            index,
-            path: Path::new(),
-            walked: false,
-            generation: 0,
-        }
-    }
-
     // ---- invariants ----
 
     /// See [`XArray::check`].
@@ -1319,309 +1119,5 @@ impl<'a, P: XaPointer> XaLock<'a, P> {
             ));
         }
         Ok(())
-    }
-}
-
-/// A shadow waiting to be split, with the nodes allocated for it outside the lock.
-pub(super) struct SplitReserve {
-    word: usize,
-    start: u64,
-    order: u32,
-    nodes: NodeReserve,
-}
-
-enum AddStep {
-    /// Stored; the first word replaced (0 or a value).
-    Done(usize),
-    /// Nothing changed.
-    Fail(XaError),
-    /// A larger shadow must be split and needs this many nodes: allocate them unlocked.
-    NeedSplit(SplitReserve, usize),
-}
-
-fn check_add<P>(index: u64, order: u32, entry: &Entry<P>) -> Result<(), XaError> {
-    if order > MAX_ORDER {
-        return Err(XaError::BadOrder { order });
-    }
-    if index & span(order) != 0 {
-        return Err(XaError::Unaligned { index, order });
-    }
-    if let Entry::Value(v) = entry {
-        if *v > MAX_VALUE {
-            return Err(XaError::BadValue { value: *v });
-        }
-    }
-    Ok(())
-}
-
-fn shadow_of(w: usize) -> Option<u64> {
-    debug_assert!(w == 0 || is_value(w));
-    if w == 0 {
-        None
-    } else {
-        Some(word_value(w))
-    }
-}
-
-/// [`XArray::add`].
-pub(super) fn add<P: XaPointer>(
-    xa: &XArray<P>,
-    index: u64,
-    order: u32,
-    entry: Entry<P>,
-) -> Result<Option<u64>, Rejected<P>> {
-    if let Err(error) = check_add(index, order, &entry) {
-        return Err(Rejected {
-            error,
-            entry: Some(entry),
-        });
-    }
-    let new = encode(Some(entry))?;
-    let mut reserve: Option<SplitReserve> = None;
-    loop {
-        let mut lock = xa.lock();
-        match lock.add_locked(index, order, new, &mut reserve) {
-            AddStep::Done(w) => return Ok(shadow_of(w)),
-            AddStep::Fail(error) => {
-                drop(lock);
-                return Err(Rejected {
-                    error,
-                    // SAFETY: `new` was not stored; it is still ours.
-                    entry: unsafe { decode_owned(new) },
-                });
-            }
-            AddStep::NeedSplit(mut r, nodes) => {
-                // Allocate outside the lock, then start over; `add_locked` checks that the
-                // shadow is still the same before using the nodes.
-                drop(lock);
-                r.nodes = NodeReserve::new(nodes);
-                reserve = Some(r);
-            }
-        }
-    }
-}
-
-/// [`XArray::add_multi_walk`]: the pre-patch insert, kept as the benchmark's "before".
-pub(super) fn add_multi_walk<P: XaPointer>(
-    xa: &XArray<P>,
-    index: u64,
-    order: u32,
-    entry: Entry<P>,
-) -> Result<Option<u64>, Rejected<P>> {
-    if let Err(error) = check_add(index, order, &entry) {
-        return Err(Rejected {
-            error,
-            entry: Some(entry),
-        });
-    }
-    let new = encode(Some(entry))?;
-    let fail = |error: XaError| Rejected {
-        error,
-        // SAFETY: `new` was not stored; it is still ours.
-        entry: unsafe { decode_owned(new) },
-    };
-    let s = level_of(order);
-    let mut reserve = NodeReserve::new(0);
-    loop {
-        // Walk 1, without the lock: the order of what is at the index now.
-        let before = {
-            let guard = rcu::pin();
-            let found = xa.get_order(index, &guard);
-            if found > order {
-                // The pre-patch code loads the entry again to size the allocation.
-                let _ = xa.load(index, &guard);
-            }
-            found
-        };
-        if before > order {
-            // Too large a split is reported by the conflict walk below (if the entry is a
-            // shadow at all).
-            let nodes = split_nodes(before, order);
-            if nodes <= MAX_SPLIT_NODES && reserve.len() < nodes {
-                reserve = NodeReserve::new(nodes);
-            }
-        }
-        let mut lock = xa.lock();
-        // Walk 2: the conflict walk.
-        let mut path = lock.walk(index, s);
-        let conflict = lock.find_conflicts(&path, index, order);
-        let old = match conflict {
-            Conflict::Pointer => {
-                drop(lock);
-                return Err(fail(XaError::Exists { index }));
-            }
-            Conflict::None => 0,
-            Conflict::Shadows(w) => w,
-            Conflict::Larger { word, .. } => word,
-        };
-        if old != 0 {
-            // Walk 3: the order again, now under the lock.
-            let again = lock.get_order(index);
-            if again > order {
-                if let Conflict::Larger {
-                    node,
-                    canon,
-                    word,
-                    order: big,
-                } = conflict
-                {
-                    let nodes = split_nodes(big, order);
-                    if nodes > MAX_SPLIT_NODES {
-                        drop(lock);
-                        return Err(fail(XaError::SplitTooLarge {
-                            have: big,
-                            want: order,
-                            nodes,
-                        }));
-                    }
-                    if reserve.len() < nodes {
-                        // It grew since walk 1: allocate outside the lock and start over.
-                        continue;
-                    }
-                    lock.split_entry(node, canon, word, big, order, &mut reserve, &|w| w);
-                    // The store walks again from the head after a split.
-                    path = lock.walk(index, s);
-                }
-            }
-        }
-        let w = lock.store_from(&mut path, index, order, new);
-        return Ok(shadow_of(w));
-    }
-}
-
-/// A writer's cursor (after `xa_state`): it walks to its index once, then loads, stores and
-/// changes marks at the position reached, and moves to nearby indices without walking from the
-/// head again. Get one from [`XaLock::state`].
-pub struct XaState<'l, 'a, P: XaPointer> {
-    lock: &'l mut XaLock<'a, P>,
-    index: u64,
-    path: Path,
-    walked: bool,
-    generation: u64,
-}
-
-impl<'l, 'a, P: XaPointer> XaState<'l, 'a, P> {
-    /// The cursor's index.
-    pub fn index(&self) -> u64 {
-        self.index
-    }
-
-    fn valid(&self) -> bool {
-        self.walked && self.generation == self.lock.generation
-    }
-
-    /// Walks from the head if the cursor has no valid position; then makes sure the path
-    /// reaches the bottom at its index.
-    fn ensure(&mut self) {
-        if !self.valid() {
-            self.path = self.lock.walk(self.index, 0);
-            self.walked = true;
-            self.generation = self.lock.generation;
-        } else if self.path.len == 0 {
-            // The tree may have grown from a head entry since.
-            if is_node(self.lock.head()) {
-                self.path = self.lock.walk(self.index, 0);
-            }
-        } else {
-            self.lock.descend(&mut self.path, self.index, 0);
-        }
-    }
-
-    /// Moves the cursor to `index`, keeping the part of its path that also leads there (no
-    /// walk from the head when `index` is in the same node).
-    pub fn set_index(&mut self, index: u64) {
-        if self.valid() && self.path.len > 0 {
-            // SAFETY: a valid path's nodes are linked.
-            let root = unsafe { nd(self.path.nodes[0]) };
-            if covers(root.shift(), index) {
-                // Keep the nodes whose range holds `index` too.
-                let mut keep = 1;
-                while keep < self.path.len {
-                    // SAFETY: as above.
-                    let above = unsafe { nd(self.path.nodes[keep]) }.shift() + CHUNK_SHIFT;
-                    if index >> above != self.index >> above {
-                        break;
-                    }
-                    keep += 1;
-                }
-                self.path.len = keep;
-                self.lock.descend(&mut self.path, index, 0);
-            } else {
-                self.walked = false;
-            }
-        } else {
-            self.walked = false;
-        }
-        self.index = index;
-    }
-
-    /// Moves to the next index (staying at `u64::MAX`) and loads its entry.
-    pub fn advance(&mut self) -> Option<Entry<&P::Target>> {
-        self.set_index(self.index.saturating_add(1));
-        self.load()
-    }
-
-    /// The entry at the cursor.
-    pub fn load(&mut self) -> Option<Entry<&P::Target>> {
-        self.ensure();
-        // SAFETY: under the lock, nothing is removed while `self` is borrowed shared.
-        unsafe { decode_ref(self.lock.entry_at(&self.path, self.index).word) }
-    }
-
-    /// The order of the entry at the cursor (0 if none).
-    pub fn get_order(&mut self) -> u32 {
-        self.ensure();
-        self.lock.entry_at(&self.path, self.index).order()
-    }
-
-    /// Stores at the cursor with [`XArray::store`]'s semantics.
-    pub fn store(
-        &mut self,
-        entry: Option<Entry<P>>,
-    ) -> Result<Option<Entry<Retired<P>>>, Rejected<P>> {
-        let new = encode(entry)?;
-        self.ensure();
-        let old = self.lock.store_keep(&mut self.path, self.index, new);
-        // SAFETY: removed from the array; ours.
-        Ok(unsafe { decode_retired(old) })
-    }
-
-    /// Stores with [`XArray::store_order`]'s semantics over the range of `order` around the
-    /// cursor's index.
-    pub fn store_order(
-        &mut self,
-        order: u32,
-        entry: Option<Entry<P>>,
-    ) -> Result<Option<Entry<Retired<P>>>, Rejected<P>> {
-        if order > MAX_ORDER {
-            return Err(Rejected {
-                error: XaError::BadOrder { order },
-                entry,
-            });
-        }
-        let new = encode(entry)?;
-        self.ensure();
-        let start = self.index & !span(order);
-        let old = self.lock.store_from(&mut self.path, start, order, new);
-        // SAFETY: removed from the array; ours.
-        Ok(unsafe { decode_retired(old) })
-    }
-
-    /// Sets `mark` on the entry at the cursor; false if there is none.
-    pub fn set_mark(&mut self, mark: Mark) -> bool {
-        self.ensure();
-        self.lock.change_mark(&self.path, self.index, mark, true)
-    }
-
-    /// Clears `mark` on the entry at the cursor; false if there is none.
-    pub fn clear_mark(&mut self, mark: Mark) -> bool {
-        self.ensure();
-        self.lock.change_mark(&self.path, self.index, mark, false)
-    }
-
-    /// Whether the entry at the cursor has `mark`.
-    pub fn get_mark(&mut self, mark: Mark) -> bool {
-        self.ensure();
-        self.lock.get_mark_at(&self.path, self.index, mark)
     }
 }
