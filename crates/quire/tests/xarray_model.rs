@@ -674,7 +674,7 @@ fn compare(xa: &Xa, m: &Model) {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 384, failure_persistence: None, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 256, failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
     fn xarray_matches_model(ops in proptest::collection::vec(op(), 1..40)) {
