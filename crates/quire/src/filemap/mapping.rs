@@ -34,10 +34,19 @@ pub(crate) struct Mapping {
     /// Held shared by everything that inserts folios or writes, exclusive by truncation, so a
     /// folio is never inserted past a new end of file while the file is being cut.
     invalidate_lock: RwLock<()>,
+    /// Orders the store's length changes against write-back: held shared while folios are
+    /// written to the store, exclusively while the store's length is set from the file's (a
+    /// write-back cutting the store back after writing a whole last page, `set_len`). So a cut
+    /// never uses a length read before another write-back extended the store past it.
+    pub(crate) store_len: RwLock<()>,
     /// Frames of this file in the index.
     pub(crate) nr_frames: AtomicUsize,
     /// When the oldest data now dirty was dirtied (None when the file is clean).
     pub(crate) dirtied_at: Mutex<Option<Instant>>,
+    /// Open handles ([`super::CachedFile`]s). The last one to go closes the mapping at once,
+    /// even while a background thread (the flusher, reclaim, a readahead job) still holds an
+    /// `Arc` of it for a moment.
+    pub(crate) handles: AtomicUsize,
     this: Weak<Mapping>,
 }
 
@@ -84,8 +93,10 @@ impl Mapping {
             size: AtomicU64::new(size),
             errseq: ErrSeq::new(),
             invalidate_lock: RwLock::new(()),
+            store_len: RwLock::new(()),
             nr_frames: AtomicUsize::new(0),
             dirtied_at: Mutex::new(None),
+            handles: AtomicUsize::new(0),
             this: this.clone(),
         })
     }
@@ -110,9 +121,10 @@ impl Mapping {
     /// The folio at `index` with a reference, lock-free (DESIGN.md rule 5).
     pub(crate) fn find_get(&self, index: u64) -> Option<FolioRef<'_>> {
         let guard = rcu::pin();
+        let mut cursor = self.pages.cursor(index, &guard);
         let mut spins = 0u32;
         loop {
-            let folio = match self.pages.load(index, &guard) {
+            let folio = match cursor.load() {
                 Some(Entry::Pointer(f)) => f,
                 _ => return None,
             };
@@ -128,7 +140,8 @@ impl Mapping {
             }
             // SAFETY: `try_get` gave us a counted reference on this descriptor of our pool.
             let r = unsafe { self.pool().ref_from_raw(NonNull::from(folio)) };
-            match self.pages.load(index, &guard) {
+            // Re-read the slot the walk reached (the kernel's `xas_reload`), not the whole path.
+            match cursor.reload() {
                 Some(Entry::Pointer(again)) if ptr::eq(again, folio) => return Some(r),
                 _ => drop(r),
             }
@@ -441,24 +454,36 @@ impl Mapping {
     /// in place if nobody else holds a reference, otherwise on a copy that replaces it in the
     /// index, so readers keep the bytes they were reading. Returns the guard of the folio that
     /// now holds the data.
+    ///
+    /// Returns `None`, with `f` not applied and `g` unlocked, when readers hold the folio and no
+    /// block of its order can be had for the copy (a large folio in a small or fragmented cache;
+    /// the reader may even be the caller's own thread, so waiting for it could hang for ever):
+    /// a dirty folio is then written back, a clean one is taken out of the index (its readers
+    /// keep it), and the caller starts over — finding the folio clean, or not at all and then
+    /// working on smaller folios read from the store.
     fn modify<'a>(
         &'a self,
         mut g: FolioGuard<'a>,
         f: impl FnOnce(&mut [u8]),
-    ) -> Result<FolioGuard<'a>> {
+    ) -> Result<Option<FolioGuard<'a>>> {
         let mut f = Some(f);
         if self.modify_in_place(&mut g, &mut f) {
-            return Ok(g);
+            return Ok(Some(g));
         }
         let index = g.index();
         let copy = reclaim::alloc(&self.cache, g.order(), true)?.expect("must allocate");
         if copy.order() != g.order() {
-            // No block of that order: give the memory back and wait for the readers instead.
             drop(copy);
-            while !self.modify_in_place(&mut g, &mut f) {
-                std::thread::yield_now();
+            if self.modify_in_place(&mut g, &mut f) {
+                // The readers left meanwhile.
+                return Ok(Some(g));
             }
-            return Ok(g);
+            if g.is_dirty() {
+                self.write_folio(g)?;
+            } else {
+                self.delete_from_index(&g);
+            }
+            return Ok(None);
         }
         let f = f.take().expect("not applied yet");
         copy.set_mapping(self.id);
@@ -491,7 +516,7 @@ impl Mapping {
         g.clear_lru();
         g.set_mapping(0);
         ng.set_lru();
-        Ok(ng)
+        Ok(Some(ng))
     }
 
     /// Applies `f` in place if the count can be frozen (nobody but the index and `g` holds the
@@ -559,7 +584,11 @@ impl Mapping {
                 self.read_into(&mut g)?;
             }
             if g.is_uptodate() {
-                g = self.modify(g, |b| b[off..off + n].copy_from_slice(src))?;
+                match self.modify(g, |b| b[off..off + n].copy_from_slice(src))? {
+                    Some(ng) => g = ng,
+                    // Written back or taken out of the index: this page starts over.
+                    None => continue,
+                }
             } else {
                 g.bytes_mut().expect("not up to date")[off..off + n].copy_from_slice(src);
                 g.mark_uptodate();
@@ -584,6 +613,7 @@ impl Mapping {
         let _inv = self.invalidate_lock.write().unwrap();
         let old = self.size();
         if len >= old {
+            let _len = ();
             self.store.set_len(len)?;
             self.size.store(len, Ordering::Release);
             return Ok(());
@@ -604,18 +634,22 @@ impl Mapping {
                 }
                 continue;
             }
-            let Some(g) = self.lock_folio(index) else {
-                continue;
-            };
-            g.wait_writeback_with(self.policy());
-            if g.index() >= first_dead {
-                self.delete_from_index(&g);
-            } else if g.is_uptodate() {
-                // The folio holds the new end: zero what lies past it.
-                let from = (len - (g.index() << FRAME_SHIFT)) as usize;
-                drop(self.modify(g, |b| b[from..].fill(0))?);
+            while let Some(g) = self.lock_folio(index) {
+                g.wait_writeback_with(self.policy());
+                if g.index() >= first_dead {
+                    self.delete_from_index(&g);
+                } else if g.is_uptodate() {
+                    // The folio holds the new end: zero what lies past it. If `modify` gave
+                    // up (written back, or out of the index), look again.
+                    let from = (len - (g.index() << FRAME_SHIFT)) as usize;
+                    if self.modify(g, |b| b[from..].fill(0))?.is_none() {
+                        continue;
+                    }
+                }
+                break;
             }
         }
+        let _len = self.store_len.write().unwrap();
         self.store.set_len(len)?;
         Ok(())
     }
@@ -624,13 +658,14 @@ impl Mapping {
     pub(crate) fn invalidate(&self) -> usize {
         let mut found = Vec::new();
         self.pages.for_each(0, u64::MAX, None, |e| {
-            found.push((e.index, e.entry.is_value()));
+            found.push((e.index, e.entry.value()));
             std::ops::ControlFlow::Continue(())
         });
         let mut freed = 0;
-        for (index, is_value) in found {
-            if is_value {
-                let _ = self.pages.erase(index);
+        for (index, value) in found {
+            if let Some(v) = value {
+                // Only the shadow seen: a folio may have been inserted over it since.
+                let _ = self.pages.cmpxchg(index, Some(Entry::Value(v)), None);
                 continue;
             }
             let Some(f) = self.find_get(index) else {
@@ -708,11 +743,13 @@ impl Mapping {
     }
 }
 
-impl Drop for Mapping {
+impl Mapping {
     /// The last handle is gone: write back what is dirty (errors can no longer be reported to
     /// anyone; the data of folios that still fail is dropped with the file, as the kernel drops
-    /// it when an inode is evicted), then empty the index and give every frame back.
-    fn drop(&mut self) {
+    /// it when an inode is evicted), then empty the index, give every frame back and leave the
+    /// cache's file table. Nothing inserts folios once no handle is left, so this runs once in
+    /// effect; running it again (from `Drop`) finds an empty index.
+    pub(crate) fn close(&self) {
         let _ = self.write_back_range(0, u64::MAX, true);
         let mut found = Vec::new();
         self.pages.for_each(0, u64::MAX, None, |e| {
@@ -728,5 +765,11 @@ impl Drop for Mapping {
             }
         }
         self.cache.files.lock().unwrap().remove(&self.id);
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        self.close();
     }
 }

@@ -416,6 +416,7 @@ pub struct CachedFile {
 impl CachedFile {
     fn new(mapping: Arc<Mapping>) -> CachedFile {
         let max = (mapping.cache.config.readahead_max as u64) >> FRAME_SHIFT;
+        mapping.handles.fetch_add(1, Ordering::Relaxed);
         let since = mapping.errseq.sample();
         CachedFile {
             mapping,
@@ -521,6 +522,16 @@ impl CachedFile {
     /// back dirty data (once the file's last handle goes), but cannot report a failure.
     pub fn close(self) -> Result<()> {
         self.fsync()
+    }
+}
+
+impl Drop for CachedFile {
+    /// The file's last handle closes it now (write-back, then every folio freed), rather than
+    /// whichever thread happens to drop the mapping's last `Arc`.
+    fn drop(&mut self) {
+        if self.mapping.handles.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.mapping.close();
+        }
     }
 }
 

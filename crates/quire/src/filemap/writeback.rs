@@ -146,9 +146,15 @@ impl Mapping {
         let len = (size - start).min(bytes.len() as u64) as usize;
         let align = self.store.alignment().max(1);
         let out = len.div_ceil(align).saturating_mul(align).min(bytes.len());
-        self.store.write_all_at(start, &bytes[..out])?;
+        {
+            let _shared = self.store_len.read().unwrap();
+            self.store.write_all_at(start, &bytes[..out])?;
+        }
         if out > len {
-            // The page past the end went out whole; cut the store back to the file's length.
+            // The page past the end went out whole; cut the store back to the file's length,
+            // read with no other write-back in flight (one that extended the file and the
+            // store after a read of the length here would otherwise be cut off).
+            let _excl = self.store_len.write().unwrap();
             self.store.set_len(self.size().max(start + len as u64))?;
         }
         Ok(())

@@ -1,0 +1,175 @@
+//! Suite `write`: writing a file through quire's page cache and making it durable, against the
+//! kernel's buffered write and `fsync`.
+//!
+//! - case `seq-fsync`: a new file of 256 MiB (32 MiB with `--quick`) written from start to end
+//!   in 1 MiB writes, then synced; metric `mb_per_s` (MiB/s of the whole, sync included), best
+//!   of several runs taken alternately, each on a newly created file that is deleted after.
+//!   - `quire`: [`CachedFile::write_at`] over an O_DIRECT [`FileStore`] of a new file, then
+//!     [`CachedFile::fsync`]. One cache (twice the file, default [`CacheConfig`] otherwise: the
+//!     flusher starts at a tenth of it, writers wait at two fifths) serves every run, so its
+//!     memory is faulted in once, by a first untimed run — which is also checked: the file is
+//!     read back and every page's tag compared.
+//!   - `kernel`: a buffered [`File`] written the same way, then `sync_all`.
+//!
+//! The files live in a fresh directory like the `read` suite's (on a disk file system where
+//! there is one), removed at the end, also on error.
+//!
+//! [`CachedFile::write_at`]: quire::filemap::CachedFile::write_at
+//! [`CachedFile::fsync`]: quire::filemap::CachedFile::fsync
+//! [`FileStore`]: quire::store::FileStore
+//! [`CacheConfig`]: quire::filemap::CacheConfig
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{ensure, Context};
+use quire::filemap::PageCache;
+
+use super::read::{
+    cache_for, direct_store, file_size, mib_per_s, seq_runs, Content, Scratch, CHUNK,
+};
+use super::{Bench, Suite};
+
+pub const SUITE: Suite = Suite {
+    name: "write",
+    about: "page cache writes: sequential 1 MiB writes + fsync of a new file, vs the kernel",
+    steps: |quick| (1 + 2 * seq_runs(quick)) as u64,
+    run,
+};
+
+fn run(b: &mut Bench) -> anyhow::Result<()> {
+    let size = file_size(b.quick());
+    let scratch = Scratch::new("write")?;
+    b.progress.println(format!(
+        "write: files of {} MiB in {}",
+        size >> 20,
+        scratch.describe()
+    ));
+    seq_fsync(b, &scratch, size)?;
+    drop(scratch);
+    Ok(())
+}
+
+/// Removes `path` if it exists.
+fn remove(path: &Path) -> anyhow::Result<()> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(e).with_context(|| format!("removing {}", path.display()))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Writes and syncs a new file through quire; returns the time it took.
+fn quire_run(
+    b: &Bench,
+    cache: &PageCache,
+    path: &Path,
+    size: u64,
+    buf: &mut [u8],
+) -> anyhow::Result<Duration> {
+    remove(path)?;
+    let t0 = Instant::now();
+    let file = cache.open(direct_store(b, path, true)?)?;
+    let mut off = 0u64;
+    while off < size {
+        Content::retag(off, buf);
+        let n = file.write_at(off, buf)?;
+        ensure!(
+            n == buf.len(),
+            "quire wrote {n} of {} bytes at {off}",
+            buf.len()
+        );
+        off += n as u64;
+    }
+    file.fsync()?;
+    let t = t0.elapsed();
+    drop(file);
+    ensure!(
+        cache.stats().cached_frames == 0,
+        "{} frames still cached after the file was closed",
+        cache.stats().cached_frames
+    );
+    Ok(t)
+}
+
+/// Writes and syncs a new file through the kernel; returns the time it took.
+fn kernel_run(path: &Path, size: u64, buf: &mut [u8]) -> anyhow::Result<Duration> {
+    remove(path)?;
+    let t0 = Instant::now();
+    let mut f = File::create(path).with_context(|| format!("creating {}", path.display()))?;
+    let mut off = 0u64;
+    while off < size {
+        Content::retag(off, buf);
+        f.write_all(buf)
+            .with_context(|| format!("writing {}", path.display()))?;
+        off += buf.len() as u64;
+    }
+    f.sync_all()
+        .with_context(|| format!("syncing {}", path.display()))?;
+    Ok(t0.elapsed())
+}
+
+/// Reads `path` back and checks every page's tag and its length.
+fn verify(path: &Path, size: u64) -> anyhow::Result<()> {
+    let mut buf = vec![0u8; CHUNK];
+    let mut f = File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let len = f.metadata()?.len();
+    ensure!(len == size, "{} is {len} bytes, not {size}", path.display());
+    let mut off = 0u64;
+    while off < size {
+        f.read_exact(&mut buf)
+            .with_context(|| format!("reading back {}", path.display()))?;
+        ensure!(
+            Content::check_tags(off, &buf),
+            "{} holds wrong data in the MiB at {off}",
+            path.display()
+        );
+        off += buf.len() as u64;
+    }
+    Ok(())
+}
+
+fn seq_fsync(b: &mut Bench, scratch: &Scratch, size: u64) -> anyhow::Result<()> {
+    let case = "seq-fsync";
+    b.compare(case, "kernel", "quire");
+    let content = Content::new();
+    let mut buf = vec![0u8; CHUNK];
+    content.fill(0, &mut buf);
+    let cache = cache_for(size)?;
+    let (qpath, kpath) = (scratch.path("quire"), scratch.path("kernel"));
+
+    b.step(&format!("{case}: first quire run (untimed, checked)"));
+    quire_run(b, &cache, &qpath, size, &mut buf)?;
+    verify(&qpath, size)?;
+    remove(&qpath)?;
+
+    let (mut best_k, mut best_q) = (Duration::MAX, Duration::MAX);
+    for _ in 0..seq_runs(b.quick()) {
+        b.step(&format!("{case} kernel"));
+        best_k = best_k.min(kernel_run(&kpath, size, &mut buf)?);
+        remove(&kpath)?;
+        b.step(&format!("{case} quire"));
+        best_q = best_q.min(quire_run(b, &cache, &qpath, size, &mut buf)?);
+        remove(&qpath)?;
+    }
+    b.record(
+        case,
+        "kernel",
+        1,
+        "mb_per_s",
+        mib_per_s(size, best_k),
+        "MiB/s",
+    );
+    b.record(
+        case,
+        "quire",
+        1,
+        "mb_per_s",
+        mib_per_s(size, best_q),
+        "MiB/s",
+    );
+    Ok(())
+}
