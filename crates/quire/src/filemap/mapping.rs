@@ -613,7 +613,7 @@ impl Mapping {
         let _inv = self.invalidate_lock.write().unwrap();
         let old = self.size();
         if len >= old {
-            let _len = ();
+            let _len = self.store_len.write().unwrap();
             self.store.set_len(len)?;
             self.size.store(len, Ordering::Release);
             return Ok(());
