@@ -12,7 +12,9 @@ use super::{
     check_range, errno_of, reclaim, Cache, FilemapError, FolioPtr, Result, DIRTY_MARK, PAGE_SIZE,
 };
 use crate::filemap::errseq::ErrSeq;
-use crate::mem::folio::{Folio, FolioGuard, FolioRef, FRAME_SHIFT};
+use crate::mem::folio::{
+    Folio, FolioGuard, FolioRef, DIRTY, FRAME_SHIFT, READAHEAD, REFERENCED, UPTODATE, WRITEBACK,
+};
 use crate::mem::pool::FramePool;
 use crate::stats::{count, Event};
 use crate::store::{Op, Store, StoreError};
@@ -64,15 +66,34 @@ unsafe impl Send for RawLocked {}
 
 impl ReadJob {
     /// Reads every folio of the job and unlocks it.
-    pub(crate) fn run(self) {
-        let policy = self.mapping.policy();
-        for RawLocked(ptr) in self.folios {
+    pub(crate) fn run(mut self) {
+        self.folios.reverse();
+        while let Some(RawLocked(ptr)) = self.folios.pop() {
             // SAFETY: the job owns this lock and reference (given up with `into_raw` under the
-            // same policy), and the mapping it holds keeps the pool alive.
-            let mut g = unsafe { self.mapping.pool().guard_from_raw(ptr, policy) };
+            // cache's policy), and the mapping it holds keeps the pool alive.
+            let mut g = unsafe {
+                self.mapping
+                    .pool()
+                    .guard_from_raw(ptr, self.mapping.policy())
+            };
             if self.mapping.read_into(&mut g).is_ok() {
                 count(Event::Readahead);
             }
+        }
+    }
+}
+
+impl Drop for ReadJob {
+    /// Unlocks what was not read (a store that panicked, or a job dropped unrun): the folios stay
+    /// not up to date, and the next reader reads them.
+    fn drop(&mut self) {
+        for RawLocked(ptr) in self.folios.drain(..) {
+            // SAFETY: as in `run`: the job owns this lock and reference.
+            drop(unsafe {
+                self.mapping
+                    .pool()
+                    .guard_from_raw(ptr, self.mapping.policy())
+            });
         }
     }
 }
@@ -274,16 +295,21 @@ impl Mapping {
     }
 
     /// The up-to-date folio at `index`, reading (with readahead) on a miss.
-    fn get_uptodate(&self, ra: &Readahead, index: u64, req: u64) -> Result<FolioRef<'_>> {
+    /// The up-to-date folio at `index`, reading (with readahead) on a miss; `None` if `index`
+    /// is past the end of the file (which may have been cut while we looked).
+    fn get_uptodate(&self, ra: &Readahead, index: u64, req: u64) -> Result<Option<FolioRef<'_>>> {
         loop {
             if let Some(f) = self.find_get(index) {
-                if f.is_readahead() && f.clear_readahead() {
+                let flags = f.flags();
+                if flags & READAHEAD != 0 && f.clear_readahead() {
                     self.async_readahead(ra, &f);
                 }
-                if f.is_uptodate() {
+                if flags & UPTODATE != 0 {
                     count(Event::PageCacheHits);
-                    Self::mark_accessed(&f);
-                    return Ok(f);
+                    if flags & REFERENCED == 0 {
+                        f.set_referenced();
+                    }
+                    return Ok(Some(f));
                 }
                 // Being read by somebody (wait for the lock), or an earlier read failed.
                 let mut g = f.lock_with(self.policy());
@@ -292,7 +318,10 @@ impl Mapping {
                 }
                 self.read_into(&mut g)?;
                 Self::mark_accessed(&g);
-                return Ok(g.unlock());
+                return Ok(Some(g.unlock()));
+            }
+            if index >= self.size().div_ceil(PAGE_SIZE) {
+                return Ok(None);
             }
             count(Event::PageCacheMisses);
             let window = ra.on_miss(index, req);
@@ -397,7 +426,10 @@ impl Mapping {
         let mut pos = offset;
         while pos < end {
             let index = pos >> FRAME_SHIFT;
-            let f = self.get_uptodate(ra, index, last - index + 1)?;
+            let Some(f) = self.get_uptodate(ra, index, last - index + 1)? else {
+                // The file was cut under us: a short read up to where it was.
+                break;
+            };
             let start = f.index() << FRAME_SHIFT;
             let bytes = f.bytes().expect("up to date");
             let off = (pos - start) as usize;
@@ -407,19 +439,22 @@ impl Mapping {
             pos += n as u64;
         }
         ra.note_read(last);
-        Ok((end - offset) as usize)
+        Ok((pos.min(end) - offset) as usize)
     }
 
     pub(crate) fn read_folio(&self, ra: &Readahead, index: u64) -> Result<FolioRef<'_>> {
-        if index >= self.size().div_ceil(PAGE_SIZE) {
-            return Err(FilemapError::Store(StoreError::Io {
+        let past_end = || {
+            FilemapError::Store(StoreError::Io {
                 op: Op::Read,
                 offset: index.saturating_mul(PAGE_SIZE),
                 kind: std::io::ErrorKind::UnexpectedEof,
                 errno: None,
-            }));
+            })
+        };
+        if index >= self.size().div_ceil(PAGE_SIZE) {
+            return Err(past_end());
         }
-        let f = self.get_uptodate(ra, index, 1)?;
+        let f = self.get_uptodate(ra, index, 1)?.ok_or_else(past_end)?;
         ra.note_read(index);
         Ok(f)
     }
@@ -682,6 +717,10 @@ impl Mapping {
             let Some(mut frozen) = (unsafe { g.freeze(1) }) else {
                 continue;
             };
+            if frozen.folio().flags() & (DIRTY | WRITEBACK) != 0 {
+                // Made dirty again by a failed write-back that ended meanwhile: keep it.
+                continue;
+            }
             let expected = Entry::Pointer(frozen.folio() as *const Folio);
             if let Ok(Some(Entry::Pointer(old))) = self.pages.cmpxchg(index, Some(expected), None) {
                 drop(old);
@@ -711,6 +750,11 @@ impl Mapping {
         let Some(mut frozen) = (unsafe { g.freeze(1) }) else {
             return 0;
         };
+        // Test again now that nobody else holds it: a write-back that failed after the test
+        // above made it dirty again before putting its reference, which the freeze saw.
+        if frozen.folio().flags() & (DIRTY | WRITEBACK) != 0 {
+            return 0;
+        }
         let shadow = self
             .cache
             .evictions

@@ -496,7 +496,11 @@ impl CachedFile {
         let first = offset >> FRAME_SHIFT;
         let last = offset.saturating_add(len.max(1) - 1) >> FRAME_SHIFT;
         let written = self.mapping.write_back_range(first, last, true);
-        let synced = self.mapping.store.sync().map_err(FilemapError::from);
+        let synced = self.mapping.store.sync().map_err(|e| {
+            // A failed sync may have lost written data: every handle must hear of it.
+            self.mapping.record_error(&e);
+            FilemapError::from(e)
+        });
         let mut since = self.since.lock().unwrap();
         if let Some(errno) = self.mapping.errseq.check_and_advance(&mut since) {
             return Err(FilemapError::Writeback {

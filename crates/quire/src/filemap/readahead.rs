@@ -160,7 +160,7 @@ impl RaState {
 pub struct Readahead {
     state: Mutex<RaState>,
     /// The last index read, `u64::MAX` for none.
-    prev: AtomicU64,
+    prev: CachePadded<AtomicU64>,
 }
 
 impl Readahead {
@@ -168,7 +168,7 @@ impl Readahead {
     pub fn new(max_pages: u64) -> Readahead {
         Readahead {
             state: Mutex::new(RaState::new(max_pages)),
-            prev: AtomicU64::new(u64::MAX),
+            prev: CachePadded::new(AtomicU64::new(u64::MAX)),
         }
     }
 
@@ -221,6 +221,8 @@ pub fn folio_orders(start: u64, nr: u64, max_order: u32) -> Vec<(u64, u32)> {
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
+
+use crossbeam_utils::CachePadded;
 
 #[cfg(all(test, not(loom)))]
 mod tests {

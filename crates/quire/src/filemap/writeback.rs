@@ -73,8 +73,13 @@ impl Mapping {
                 }
             }
         }
-        if !self.pages.marked(DIRTY_MARK) {
-            *self.dirtied_at.lock().unwrap() = None;
+        {
+            // Under the timestamp's lock, so a writer that marks a folio dirty now (mark first,
+            // then the timestamp) cannot have its timestamp cleared.
+            let mut at = self.dirtied_at.lock().unwrap();
+            if !self.pages.marked(DIRTY_MARK) {
+                *at = None;
+            }
         }
         first_err.map_or(Ok(()), Err)
     }
