@@ -438,7 +438,7 @@ impl Mapping {
             buf[at..at + n].copy_from_slice(&bytes[off..off + n]);
             pos += n as u64;
         }
-        ra.note_read(last);
+        ra.note_read(offset >> FRAME_SHIFT, last);
         Ok((pos.min(end) - offset) as usize)
     }
 
@@ -455,7 +455,7 @@ impl Mapping {
             return Err(past_end());
         }
         let f = self.get_uptodate(ra, index, 1)?.ok_or_else(past_end)?;
-        ra.note_read(index);
+        ra.note_read(index, index);
         Ok(f)
     }
 

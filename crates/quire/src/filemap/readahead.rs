@@ -172,10 +172,13 @@ impl Readahead {
         }
     }
 
-    /// Notes that the handle read up to and including `last`.
+    /// Notes that the handle read pages `first ..= last`. Only a read that continues the
+    /// previous one (or follows a miss, see [`Readahead::on_miss`]) moves the position: random
+    /// hits leave it alone, so threads sharing a handle for random reads never write this line.
     #[inline]
-    pub fn note_read(&self, last: u64) {
-        if self.prev.load(Ordering::Relaxed) != last {
+    pub fn note_read(&self, first: u64, last: u64) {
+        let prev = self.prev.load(Ordering::Relaxed);
+        if (first == prev || first == prev.wrapping_add(1)) && prev != last {
             self.prev.store(last, Ordering::Relaxed);
         }
     }
@@ -189,7 +192,11 @@ impl Readahead {
 
     /// [`RaState::on_miss`].
     pub fn on_miss(&self, index: u64, req: u64) -> RaWindow {
-        self.locked().on_miss(index, req)
+        let w = self.locked().on_miss(index, req);
+        // A miss starts a new position, random or not: a read that continues it is sequential.
+        self.prev
+            .store(index.saturating_add(req.max(1) - 1), Ordering::Relaxed);
+        w
     }
 
     /// [`RaState::on_marker`].
@@ -280,6 +287,22 @@ mod tests {
         let mut ra = RaState::new(512);
         ra.note_read(3);
         assert_eq!(ra.on_marker(100, 100), None);
+    }
+
+    #[test]
+    fn shared_position_moves_only_on_misses_and_continuations() {
+        let ra = Readahead::new(512);
+        // A random miss sets the position to the end of its request ...
+        assert_eq!(ra.on_miss(100, 2).size, 2);
+        // ... a random hit elsewhere leaves it ...
+        ra.note_read(7, 7);
+        // ... so a miss right after the first request is still seen as sequential.
+        assert!(ra.on_miss(102, 1).size > 1, "continuation starts a window");
+        // A read continuing the position moves it along.
+        let ra = Readahead::new(512);
+        ra.note_read(0, 3);
+        ra.note_read(4, 9);
+        assert!(ra.on_miss(10, 1).size > 1);
     }
 
     #[test]
