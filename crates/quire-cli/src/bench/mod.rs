@@ -5,9 +5,13 @@
 //! table, which shows the "before" variant, the "after" variant and the change, as the patch
 //! mails did.
 
+mod dcache;
 mod harness;
 mod lockref;
 mod pagelock;
+mod read;
+mod write;
+mod xarray;
 
 use std::path::Path;
 use std::time::Instant;
@@ -29,7 +33,14 @@ pub struct Suite {
 }
 
 /// Every suite, in the order `quire bench` runs them when none is named.
-pub const SUITES: &[Suite] = &[pagelock::SUITE, lockref::SUITE];
+pub const SUITES: &[Suite] = &[
+    pagelock::SUITE,
+    lockref::SUITE,
+    dcache::SUITE,
+    read::SUITE,
+    write::SUITE,
+    xarray::SUITE,
+];
 
 /// One figure.
 #[derive(Clone, Debug, Serialize)]

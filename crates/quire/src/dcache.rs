@@ -1,1 +1,0 @@
-//! The dentry cache (issue 5). Not yet built.
