@@ -36,10 +36,10 @@ pub struct Suite {
 pub const SUITES: &[Suite] = &[
     pagelock::SUITE,
     lockref::SUITE,
-    dcache::SUITE,
+    xarray::SUITE,
     read::SUITE,
     write::SUITE,
-    xarray::SUITE,
+    dcache::SUITE,
 ];
 
 /// One figure.
