@@ -8,7 +8,11 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "quire", version, about = "The Linux page cache, rebuilt as a Rust library")]
+#[command(
+    name = "quire",
+    version,
+    about = "The Linux page cache, rebuilt as a Rust library"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

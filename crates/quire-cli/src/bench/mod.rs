@@ -21,7 +21,6 @@ use comfy_table::{presets::UTF8_FULL_CONDENSED, Cell, CellAlignment, Table};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
-
 /// A suite: a name, one line about it, an estimate of its steps (for the progress bar) and the
 /// function that runs it.
 pub struct Suite {
@@ -175,7 +174,11 @@ pub fn run(names: &[String], quick: bool, json: Option<&Path>) -> anyhow::Result
     for s in &chosen {
         print_suite(&bench, s.name);
     }
-    eprintln!("ran {} suite(s) in {:.1} s", chosen.len(), started.elapsed().as_secs_f64());
+    eprintln!(
+        "ran {} suite(s) in {:.1} s",
+        chosen.len(),
+        started.elapsed().as_secs_f64()
+    );
     if let Some(path) = json {
         let report = Report {
             version: 1,
