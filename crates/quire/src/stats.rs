@@ -1,16 +1,17 @@
 //! Event counters, after `/proc/vmstat` (DESIGN.md rule 8).
 //!
 //! Every event that a benchmark or a test wants to reason about — a wait-table lookup, a
-//! wake-up, a tree walk — is counted here. Counting must be cheap enough to leave on, so each
-//! counter is sharded: a thread adds to the shard it was given when it first counted (one relaxed
-//! `fetch_add` on a cache line that other threads rarely touch), and a reader sums the shards.
+//! wake-up, a tree walk — is counted here. Counting must be cheap enough to leave on the hot
+//! paths (a page cache hit counts twice), so each thread owns a slot of counters and adds to it with a plain load and store (it is the
+//! only writer), so counting costs no locked instruction; a reader sums every slot. A thread's
+//! slot passes to a later thread when it exits, so the sums never lose counts.
 //!
 //! The counters are global, like the kernel's: a benchmark takes a [`Snapshot`] before and after
 //! a run and looks at the difference.
 
-use std::cell::Cell;
 use std::fmt;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 
 use crossbeam_utils::CachePadded;
 
@@ -81,39 +82,48 @@ events! {
 }
 
 const NR_EVENTS: usize = Event::ALL.len();
-const SHARDS: usize = 16;
 
-struct Shard {
+/// One thread's counters. Only its owner writes them (a plain load and store: no locked
+/// instruction on the hot path); readers sum every slot with relaxed loads.
+struct Slot {
     counts: [AtomicU64; NR_EVENTS],
 }
 
-static COUNTERS: [CachePadded<Shard>; SHARDS] = {
-    #[allow(clippy::declare_interior_mutable_const)]
-    const ZERO: AtomicU64 = AtomicU64::new(0);
-    #[allow(clippy::declare_interior_mutable_const)]
-    const SHARD: CachePadded<Shard> = CachePadded::new(Shard {
-        counts: [ZERO; NR_EVENTS],
-    });
-    [SHARD; SHARDS]
+/// Every slot ever made (slots are never freed: there are at most as many as threads that ever
+/// ran at once), and the slots of threads that have exited, for new threads to take over.
+static SLOTS: Mutex<Vec<&'static CachePadded<Slot>>> = Mutex::new(Vec::new());
+static FREE: Mutex<Vec<&'static CachePadded<Slot>>> = Mutex::new(Vec::new());
+
+/// Counts made while a thread is being torn down (after its slot was given back).
+static LATE: Slot = Slot {
+    counts: [const { AtomicU64::new(0) }; NR_EVENTS],
 };
 
-static NEXT_SHARD: AtomicUsize = AtomicUsize::new(0);
+/// A thread's ownership of its slot; gives the slot back when the thread exits.
+struct Owner(&'static CachePadded<Slot>);
 
-thread_local! {
-    static MY_SHARD: Cell<usize> = const { Cell::new(usize::MAX) };
+impl Owner {
+    fn take() -> Owner {
+        if let Some(slot) = FREE.lock().unwrap_or_else(|e| e.into_inner()).pop() {
+            return Owner(slot);
+        }
+        let slot: &'static CachePadded<Slot> = Box::leak(Box::new(CachePadded::new(Slot {
+            counts: [const { AtomicU64::new(0) }; NR_EVENTS],
+        })));
+        SLOTS.lock().unwrap_or_else(|e| e.into_inner()).push(slot);
+        Owner(slot)
+    }
 }
 
-#[inline]
-fn my_shard() -> usize {
-    MY_SHARD.with(|s| {
-        let v = s.get();
-        if v != usize::MAX {
-            return v;
-        }
-        let v = NEXT_SHARD.fetch_add(1, Ordering::Relaxed) % SHARDS;
-        s.set(v);
-        v
-    })
+impl Drop for Owner {
+    fn drop(&mut self) {
+        // The mutex orders this thread's last counts before the next owner's first ones.
+        FREE.lock().unwrap_or_else(|e| e.into_inner()).push(self.0);
+    }
+}
+
+thread_local! {
+    static MINE: Owner = Owner::take();
 }
 
 /// Adds one to `event`'s counter.
@@ -125,15 +135,24 @@ pub fn count(event: Event) {
 /// Adds `n` to `event`'s counter.
 #[inline]
 pub fn add(event: Event, n: u64) {
-    COUNTERS[my_shard()].counts[event as usize].fetch_add(n, Ordering::Relaxed);
+    let done = MINE.try_with(|o| {
+        let c = &o.0.counts[event as usize];
+        // Single writer: no read-modify-write needed.
+        c.store(c.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+    });
+    if done.is_err() {
+        LATE.counts[event as usize].fetch_add(n, Ordering::Relaxed);
+    }
 }
 
-/// Reads one counter (the sum of its shards).
+/// Reads one counter (the sum over every thread's slot).
 pub fn read(event: Event) -> u64 {
-    COUNTERS
+    let slots = SLOTS.lock().unwrap_or_else(|e| e.into_inner());
+    let e = event as usize;
+    slots
         .iter()
-        .map(|s| s.counts[event as usize].load(Ordering::Relaxed))
-        .sum()
+        .map(|s| s.counts[e].load(Ordering::Relaxed))
+        .fold(LATE.counts[e].load(Ordering::Relaxed), u64::wrapping_add)
 }
 
 /// The value of every counter at one moment (each read individually, like /proc/vmstat).
