@@ -480,7 +480,9 @@ fn invalidate_frees_clean_folios_and_writes_back_dirty_ones() {
     assert_eq!(f.invalidate().unwrap(), 63, "all but the folio in use");
     assert_eq!(f.cached_frames(), 1);
     // A readahead thread may put its last reference a moment after the reader saw the data.
-    eventually("the frames to be free", || cache.stats().free_frames == free + 63);
+    eventually("the frames to be free", || {
+        cache.stats().free_frames == free + 63
+    });
     same(held.bytes().unwrap(), &data[10 * PAGE..11 * PAGE], "held");
     drop(held);
     assert_eq!(f.invalidate().unwrap(), 1);

@@ -17,7 +17,6 @@
 //! |---|---|
 //! | [`DIRTY_MARK`] | the folio is DIRTY |
 //! | [`WRITEBACK_MARK`] | the folio is under write-back |
-//! | [`TOWRITE_MARK`] | tagged for the data-integrity write-back in progress (`fsync`) |
 //!
 //! # Lookups (DESIGN.md rule 5)
 //!
@@ -81,8 +80,6 @@ pub use readahead::{RaState, RaWindow, Readahead};
 pub const DIRTY_MARK: Mark = Mark::M0;
 /// The index mark of folios under write-back.
 pub const WRITEBACK_MARK: Mark = Mark::M1;
-/// The index mark of folios tagged for a data-integrity write-back.
-pub const TOWRITE_MARK: Mark = Mark::M2;
 
 /// Bytes in a page (a base frame).
 pub const PAGE_SIZE: u64 = 1 << FRAME_SHIFT;
@@ -167,6 +164,9 @@ pub enum FilemapError {
     /// An index operation failed (an internal inconsistency; nothing was changed).
     #[error(transparent)]
     Index(#[from] crate::xarray::XaError),
+    /// The cache's background threads could not be started.
+    #[error("could not start the cache's threads: {0}")]
+    Threads(std::io::Error),
     /// No memory could be freed in time: every frame is pinned by references or locks.
     #[error("the page cache has no reclaimable memory (all {frames} frames are in use)")]
     NoMemory {
@@ -185,6 +185,7 @@ impl FilemapError {
             FilemapError::Store(e) => e.kind(),
             FilemapError::Writeback { errno } => io::Error::from_raw_os_error(*errno).kind(),
             FilemapError::Pool(_) | FilemapError::NoMemory { .. } => io::ErrorKind::OutOfMemory,
+            FilemapError::Threads(e) => e.kind(),
         }
     }
 }
@@ -323,7 +324,7 @@ impl PageCache {
             )));
         }
         let pool = FramePool::new(config.capacity)?;
-        let cache = Arc::new_cyclic(|weak: &Weak<Cache>| Cache {
+        let cache = Arc::new(Cache {
             pool,
             files: Mutex::new(HashMap::new()),
             next_id: AtomicUsize::new(1),
@@ -331,9 +332,13 @@ impl PageCache {
             dirty: AtomicUsize::new(0),
             evictions: AtomicU64::new(0),
             reclaim: Mutex::new(reclaim::Clock::default()),
-            workers: workers::Workers::start(weak.clone(), &config),
+            workers: workers::Workers::new(),
             config,
         });
+        cache
+            .workers
+            .spawn(Arc::downgrade(&cache), &cache.config)
+            .map_err(FilemapError::Threads)?;
         Ok(PageCache { cache })
     }
 

@@ -33,25 +33,34 @@ pub(crate) struct Workers {
 }
 
 impl Workers {
-    /// Starts the flusher and `config.io_threads` readahead threads for `cache`.
-    pub(crate) fn start(cache: Weak<Cache>, config: &CacheConfig) -> Workers {
-        let shared = Arc::new(Shared::default());
-        {
-            let shared = shared.clone();
+    /// Shared state with no thread yet; see [`Workers::spawn`].
+    pub(crate) fn new() -> Workers {
+        Workers {
+            shared: Arc::new(Shared::default()),
+        }
+    }
+
+    /// Starts the flusher and `config.io_threads` readahead threads for `cache`. On an error
+    /// the threads already started are told to stop.
+    pub(crate) fn spawn(&self, cache: Weak<Cache>, config: &CacheConfig) -> std::io::Result<()> {
+        let started = (|| {
+            let shared = self.shared.clone();
             let interval = config.flush_interval;
             std::thread::Builder::new()
                 .name("quire-flush".into())
-                .spawn(move || flusher(cache, shared, interval))
-                .expect("spawning the flusher thread");
+                .spawn(move || flusher(cache, shared, interval))?;
+            for i in 0..config.io_threads {
+                let shared = self.shared.clone();
+                std::thread::Builder::new()
+                    .name(format!("quire-io-{i}"))
+                    .spawn(move || io_thread(shared))?;
+            }
+            Ok(())
+        })();
+        if started.is_err() {
+            self.stop();
         }
-        for i in 0..config.io_threads {
-            let shared = shared.clone();
-            std::thread::Builder::new()
-                .name(format!("quire-io-{i}"))
-                .spawn(move || io_thread(shared))
-                .expect("spawning a readahead thread");
-        }
-        Workers { shared }
+        started
     }
 
     /// Queues a readahead job.

@@ -15,7 +15,7 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use super::mapping::Mapping;
-use super::{Cache, Result, DIRTY_MARK, TOWRITE_MARK, WRITEBACK_MARK};
+use super::{Cache, Result, DIRTY_MARK, WRITEBACK_MARK};
 use crate::mem::folio::{Folio, FolioGuard, FolioRef, FRAME_SHIFT};
 use crate::stats::{count, Event};
 use crate::xarray::Entry;
@@ -97,7 +97,6 @@ impl Mapping {
         {
             let mut xa = self.pages.lock();
             xa.clear_mark(index, DIRTY_MARK);
-            xa.clear_mark(index, TOWRITE_MARK);
             xa.set_mark(index, WRITEBACK_MARK);
         }
         let f = g.unlock();
