@@ -7,8 +7,8 @@
 //! chance. Otherwise its mapping is found through the cache's file table, the folio is locked
 //! (`try_lock`: reclaim never waits for a folio lock, so it cannot deadlock with a lock holder
 //! that is itself allocating), a dirty one is written back (it is evicted on a later pass once
-//! clean), and a clean one is evicted if nobody but the index holds a reference, leaving a
-//! shadow entry.
+//! clean; the clock mutex is released during that I/O), and a clean one is evicted if nobody but
+//! the index holds a reference, leaving a shadow entry.
 
 use std::time::{Duration, Instant};
 
@@ -101,8 +101,12 @@ pub(crate) fn reclaim(cache: &Cache, want: usize) -> usize {
             continue;
         }
         if g.is_dirty() {
-            // Written back now, evicted on a later pass once clean.
+            // Written back now, evicted on a later pass once clean. The hand is released for the
+            // I/O so that other allocating threads can sweep meanwhile.
+            drop(clock);
             let _ = m.write_folio(g);
+            drop(m);
+            clock = cache.reclaim.lock().unwrap();
             continue;
         }
         freed += m.evict(g);
