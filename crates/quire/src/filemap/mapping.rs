@@ -649,19 +649,37 @@ impl Mapping {
         let old = self.size();
         if len >= old {
             let _len = self.store_len.write().unwrap();
+            // A cut of the store that failed earlier is made now, so that bytes past the old end
+            // never come back as file data.
+            if self.store.len()? > old {
+                self.store.set_len(old)?;
+            }
             self.store.set_len(len)?;
             self.size.store(len, Ordering::Release);
             return Ok(());
         }
+        // First zero what lies past the new end in the folio that will hold it (cached bytes
+        // past the end of the file are always zero). If this fails — no memory for a copy —
+        // nothing has changed yet.
+        while let Some(g) = self.lock_folio(len >> FRAME_SHIFT) {
+            let start = g.index() << FRAME_SHIFT;
+            if start >= len || !g.is_uptodate() {
+                break;
+            }
+            g.wait_writeback_with(self.policy());
+            let from = (len - start) as usize;
+            // If `modify` gave up (written back, or out of the index), look again.
+            if self.modify(g, |b| b[from..].fill(0))?.is_some() {
+                break;
+            }
+        }
         self.size.store(len, Ordering::Release);
         let first_dead = len.div_ceil(PAGE_SIZE);
-        // Every entry from the one holding byte `len` on.
         let mut found = Vec::new();
-        self.pages
-            .for_each(len >> FRAME_SHIFT, u64::MAX, None, |e| {
-                found.push((e.index, e.entry.value()));
-                std::ops::ControlFlow::Continue(())
-            });
+        self.pages.for_each(first_dead, u64::MAX, None, |e| {
+            found.push((e.index, e.entry.value()));
+            std::ops::ControlFlow::Continue(())
+        });
         for (index, value) in found {
             if let Some(v) = value {
                 if index >= first_dead {
@@ -669,19 +687,11 @@ impl Mapping {
                 }
                 continue;
             }
-            while let Some(g) = self.lock_folio(index) {
+            if let Some(g) = self.lock_folio(index) {
                 g.wait_writeback_with(self.policy());
                 if g.index() >= first_dead {
                     self.delete_from_index(&g);
-                } else if g.is_uptodate() {
-                    // The folio holds the new end: zero what lies past it. If `modify` gave
-                    // up (written back, or out of the index), look again.
-                    let from = (len - (g.index() << FRAME_SHIFT)) as usize;
-                    if self.modify(g, |b| b[from..].fill(0))?.is_none() {
-                        continue;
-                    }
                 }
-                break;
             }
         }
         let _len = self.store_len.write().unwrap();
