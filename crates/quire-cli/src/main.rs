@@ -34,8 +34,6 @@ enum Command {
         #[arg(long)]
         list: bool,
     },
-    /// Print quire's event counters (like /proc/vmstat) for this process.
-    Stats,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -54,10 +52,6 @@ fn main() -> anyhow::Result<()> {
                 return Ok(());
             }
             bench::run(&suites, quick, json.as_deref())
-        }
-        Command::Stats => {
-            print!("{}", quire::stats::Snapshot::take());
-            Ok(())
         }
     }
 }
