@@ -51,6 +51,8 @@ pub struct Fault {
     pub writes: bool,
     /// Whether it applies to `sync` (then only an error makes sense; the range is ignored).
     pub syncs: bool,
+    /// Whether it applies to `set_len` (an error; the range is ignored).
+    pub set_lens: bool,
     /// What it does.
     pub kind: FaultKind,
     /// How many more times it fires; `None` for ever.
@@ -66,6 +68,7 @@ impl Fault {
             reads,
             writes,
             syncs: false,
+            set_lens: false,
             kind,
             times: Some(1),
         }
@@ -98,8 +101,18 @@ impl Fault {
             reads: false,
             writes: false,
             syncs: true,
+            set_lens: false,
             kind: FaultKind::eio(),
             times: Some(1),
+        }
+    }
+
+    /// `set_len` fails with EIO (once), changing nothing.
+    pub fn set_len_error() -> Fault {
+        Fault {
+            syncs: false,
+            set_lens: true,
+            ..Fault::sync_error()
         }
     }
 
@@ -319,6 +332,39 @@ impl<S: Store> FaultyStore<S> {
     }
 }
 
+impl<S: Store> FaultyStore<S> {
+    /// Fires the first armed fault that `applies` to a whole-store operation (`sync`,
+    /// `set_len`), as an error.
+    fn fire_whole(&self, op: Op, applies: impl Fn(&Fault) -> bool) -> Result<()> {
+        let mut f = self.faults();
+        let Some(i) = f.armed.iter().position(|a| applies(&a.fault)) else {
+            return Ok(());
+        };
+        let a = &mut f.armed[i];
+        a.fired += 1;
+        let kind = a.fault.kind;
+        if let Some(t) = a.fault.times.as_mut() {
+            *t -= 1;
+            if *t == 0 {
+                let a = f.armed.remove(i);
+                f.retired.push((a.id, a.fired));
+            }
+        }
+        drop(f);
+        self.injected.fetch_add(1, Ordering::Relaxed);
+        let (kind, errno) = match kind {
+            FaultKind::Error { kind, errno } => (kind, errno),
+            FaultKind::Short { .. } => (io::ErrorKind::Other, Some(EIO)),
+        };
+        Err(StoreError::Io {
+            op,
+            offset: 0,
+            kind,
+            errno,
+        })
+    }
+}
+
 impl<S: Store> Store for FaultyStore<S> {
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize> {
         check_range(Op::Read, offset, buf.len())?;
@@ -341,32 +387,7 @@ impl<S: Store> Store for FaultyStore<S> {
     }
 
     fn sync(&self) -> Result<()> {
-        let mut f = self.faults();
-        if let Some(i) = f.armed.iter().position(|a| a.fault.syncs) {
-            let a = &mut f.armed[i];
-            a.fired += 1;
-            let kind = a.fault.kind;
-            if let Some(t) = a.fault.times.as_mut() {
-                *t -= 1;
-                if *t == 0 {
-                    let a = f.armed.remove(i);
-                    f.retired.push((a.id, a.fired));
-                }
-            }
-            drop(f);
-            self.injected.fetch_add(1, Ordering::Relaxed);
-            let (kind, errno) = match kind {
-                FaultKind::Error { kind, errno } => (kind, errno),
-                FaultKind::Short { .. } => (io::ErrorKind::Other, Some(EIO)),
-            };
-            return Err(StoreError::Io {
-                op: Op::Sync,
-                offset: 0,
-                kind,
-                errno,
-            });
-        }
-        drop(f);
+        self.fire_whole(Op::Sync, |f| f.syncs)?;
         self.inner.sync()
     }
 
@@ -375,6 +396,7 @@ impl<S: Store> Store for FaultyStore<S> {
     }
 
     fn set_len(&self, len: u64) -> Result<()> {
+        self.fire_whole(Op::SetLen, |f| f.set_lens)?;
         self.inner.set_len(len)
     }
 
