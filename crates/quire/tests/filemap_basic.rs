@@ -1,14 +1,12 @@
 //! Basic behaviour of the page cache: reads, writes, truncation, fsync, eviction.
 
+mod common;
+
 use quire::filemap::{CacheConfig, PageCache};
-use quire::store::{Fault, FaultyStore, MemStore};
+use quire::store::{Fault, MemStore};
 use std::sync::Arc;
 
-fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
-        .collect()
-}
+use common::{faulty, pattern};
 
 #[test]
 fn reads_what_the_store_holds_and_short_reads_at_the_end() {
@@ -102,7 +100,7 @@ fn a_small_cache_evicts_and_rereads() {
 
 #[test]
 fn write_errors_reach_every_handle_once() {
-    let store = Arc::new(FaultyStore::new(MemStore::new()));
+    let store = faulty(Vec::new(), 1);
     let cache = PageCache::new(CacheConfig::new(4 << 20)).unwrap();
     let a = cache.open(store.clone()).unwrap();
     let b = a.reopen();

@@ -5,47 +5,21 @@
 //! The caches here have a flusher that never runs on its own (huge thresholds and expiry), so
 //! that every write-back attempt is one the test asked for and the error counts are exact.
 
+mod common;
+
 use std::io;
-use std::sync::Arc;
 use std::time::Duration;
 
-use quire::filemap::{CacheConfig, CachedFile, FilemapError, PageCache};
-use quire::store::{Fault, FaultyStore, MemStore, Op, StoreError};
+use quire::filemap::{CachedFile, FilemapError, PageCache};
+use quire::store::{Fault, Op, StoreError};
 
-const PAGE: usize = 4096;
+use common::{check_no_leak, faulty, quiet_config, read_all, same, PAGE};
+
 const EIO: i32 = 5;
 
+/// This file's byte pattern (multiplier 29).
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u8).wrapping_mul(29).wrapping_add(seed) ^ ((i >> 12) as u8))
-        .collect()
-}
-
-#[track_caller]
-fn same(got: &[u8], want: &[u8], what: &str) {
-    if got != want {
-        let at = got.iter().zip(want).position(|(a, b)| a != b);
-        panic!(
-            "{what}: lengths {} and {}, first difference at {at:?}",
-            got.len(),
-            want.len()
-        );
-    }
-}
-
-fn quiet_config(capacity: usize) -> CacheConfig {
-    let mut cfg = CacheConfig::new(capacity);
-    cfg.dirty_background = capacity;
-    cfg.dirty_limit = capacity;
-    cfg.dirty_expire = Duration::from_secs(3600);
-    cfg.flush_interval = Duration::from_secs(3600);
-    cfg
-}
-
-fn read_all(f: &CachedFile) -> Vec<u8> {
-    let mut buf = vec![0u8; f.len() as usize];
-    assert_eq!(f.read_at(0, &mut buf).unwrap(), buf.len());
-    buf
+    common::pattern_with(len, seed, 29)
 }
 
 /// Asserts an `fsync` result: `Err(Writeback { errno: EIO })` when `fails`, `Ok` otherwise.
@@ -56,43 +30,6 @@ fn expect_fsync(h: &CachedFile, fails: bool, what: &str) {
         (Err(FilemapError::Writeback { errno }), true) => assert_eq!(errno, EIO, "{what}"),
         (r, _) => panic!("{what}: fsync returned {r:?}, expected a failure: {fails}"),
     }
-}
-
-/// Checks that a cache whose files are all gone holds nothing: the index counts at once; the
-/// free frames within a bounded wait (a background thread may hold a folio for a moment).
-#[track_caller]
-fn check_no_leak(cache: &PageCache, what: &str) {
-    let s = cache.stats();
-    assert_eq!(
-        (s.cached_frames, s.dirty_frames, s.files),
-        (0, 0, 0),
-        "{what}: nothing is cached once the files are gone"
-    );
-    let start = std::time::Instant::now();
-    loop {
-        let s = cache.stats();
-        if s.free_frames == s.frames {
-            if start.elapsed() > Duration::from_millis(1) {
-                eprintln!("{what}: frames came back after {:?}", start.elapsed());
-            }
-            return;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(5),
-            "{what}: frames leaked: {} of {} free",
-            s.free_frames,
-            s.frames
-        );
-        std::thread::sleep(Duration::from_millis(1));
-    }
-}
-
-type Faulty = Arc<FaultyStore<MemStore>>;
-
-fn faulty(data: Vec<u8>, align: usize) -> Faulty {
-    Arc::new(FaultyStore::new(
-        MemStore::from_vec(data).with_alignment(align),
-    ))
 }
 
 #[test]

@@ -7,63 +7,20 @@
 //! background thread (the flusher, a readahead job) may hold a reference to a folio for a
 //! moment after its file closed.
 
+mod common;
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use quire::filemap::{CacheConfig, CachedFile, PageCache};
-use quire::store::{Fault, FaultyStore, MemStore};
+use quire::filemap::{CacheConfig, PageCache};
+use quire::store::{Fault, MemStore};
 
-const PAGE: usize = 4096;
+use common::{check_no_leak, faulty, read_all, same, PAGE};
 
+/// This file's byte pattern (multiplier 37).
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u8).wrapping_mul(37).wrapping_add(seed) ^ ((i >> 12) as u8))
-        .collect()
-}
-
-#[track_caller]
-fn same(got: &[u8], want: &[u8], what: &str) {
-    if got != want {
-        let at = got.iter().zip(want).position(|(a, b)| a != b);
-        panic!(
-            "{what}: lengths {} and {}, first difference at {at:?}",
-            got.len(),
-            want.len()
-        );
-    }
-}
-
-#[track_caller]
-fn check_no_leak(cache: &PageCache, what: &str) {
-    let s = cache.stats();
-    assert_eq!(
-        (s.cached_frames, s.dirty_frames, s.files),
-        (0, 0, 0),
-        "{what}: nothing is cached once the files are gone"
-    );
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let s = cache.stats();
-        if s.free_frames == s.frames {
-            let b = cache.pool().stats();
-            assert_eq!(b.allocated, 0, "{what}: the allocator agrees");
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{what}: frames leaked: {} of {} free",
-            s.free_frames,
-            s.frames
-        );
-        std::thread::sleep(Duration::from_millis(1));
-    }
-}
-
-fn read_all(f: &CachedFile) -> Vec<u8> {
-    let mut buf = vec![0u8; f.len() as usize];
-    assert_eq!(f.read_at(0, &mut buf).unwrap(), buf.len());
-    buf
+    common::pattern_with(len, seed, 37)
 }
 
 #[test]
@@ -125,7 +82,7 @@ fn dropping_files_frees_every_frame_whatever_they_did() {
 
     // A file whose write-back keeps failing: its data is dropped with it (nobody is left to
     // report to), and so are its frames.
-    let store = Arc::new(FaultyStore::new(MemStore::new()));
+    let store = faulty(Vec::new(), 1);
     store.add(Fault::write_error(0..1 << 30).persistent());
     let f = cache.open(store.clone()).unwrap();
     f.write_at(0, &pattern(100_000, 9)).unwrap();

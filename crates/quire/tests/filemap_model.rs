@@ -13,6 +13,8 @@
 //!   reads, set_len, fsync, sync_range, invalidate, eviction and drop-and-reopen against a `Vec`,
 //!   on a cache of 16 frames.
 
+mod common;
+
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -20,75 +22,7 @@ use proptest::prelude::*;
 use quire::filemap::{CacheConfig, CachedFile, PageCache};
 use quire::store::MemStore;
 
-const PAGE: usize = 4096;
-
-/// xorshift64*.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % (n.max(1) as u64)) as usize
-    }
-    fn range(&mut self, lo: usize, hi: usize) -> usize {
-        lo + self.below(hi - lo)
-    }
-    fn bytes(&mut self, n: usize) -> Vec<u8> {
-        let seed = self.next();
-        (0..n)
-            .map(|i| (seed.rotate_left((i % 64) as u32) as u8) ^ (i as u8))
-            .collect()
-    }
-}
-
-#[track_caller]
-fn same(got: &[u8], want: &[u8], what: &str) {
-    if got != want {
-        let at = got.iter().zip(want).position(|(a, b)| a != b);
-        panic!(
-            "{what}: lengths {} and {}, first difference at {at:?}",
-            got.len(),
-            want.len()
-        );
-    }
-}
-
-fn read_all(f: &CachedFile) -> Vec<u8> {
-    let mut buf = vec![0u8; f.len() as usize];
-    assert_eq!(f.read_at(0, &mut buf).unwrap(), buf.len());
-    buf
-}
-
-/// Checks that a cache whose files are all gone holds nothing: the index counts at once; the
-/// free frames within a bounded wait, since a background thread (the flusher, a readahead job)
-/// may hold a reference to a folio for a moment after the file closed.
-fn check_no_leak(cache: &PageCache) {
-    let s = cache.stats();
-    assert_eq!(
-        (s.cached_frames, s.dirty_frames, s.files),
-        (0, 0, 0),
-        "nothing is cached once the files are gone"
-    );
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    loop {
-        let s = cache.stats();
-        if s.free_frames == s.frames {
-            return;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "frames leaked: {} of {} free",
-            s.free_frames,
-            s.frames
-        );
-        std::thread::sleep(std::time::Duration::from_millis(1));
-    }
-}
+use common::{check_no_leak, quiet_config, read_all, same, Rng, PAGE};
 
 // ---- four threads against a shared model --------------------------------------------------
 
@@ -275,7 +209,7 @@ fn run_threads(align: usize, seed: u64, ops: usize) {
     same(&store.synced_contents(), &model, "the store after fsync");
     drop(base);
     drop(sh);
-    check_no_leak(&cache);
+    check_no_leak(&cache, "after the threads");
     drop(cache);
 
     let cache = PageCache::new(CacheConfig::new(2 << 20)).unwrap();
@@ -344,14 +278,10 @@ fn op() -> impl Strategy<Value = Op> {
 /// so that the machine is deterministic: write-back happens when asked or when reclaim needs
 /// the memory. (The threads test above runs with everything in the background.)
 fn small_cache() -> PageCache {
-    let mut cfg = CacheConfig::new(64 << 10);
+    let mut cfg = quiet_config(64 << 10);
     cfg.readahead_max = 16 << 10;
     cfg.max_folio_order = 2;
     cfg.io_threads = 0;
-    cfg.dirty_background = 64 << 10;
-    cfg.dirty_limit = 64 << 10;
-    cfg.dirty_expire = Duration::from_secs(3600);
-    cfg.flush_interval = Duration::from_secs(3600);
     PageCache::new(cfg).unwrap()
 }
 
@@ -443,7 +373,7 @@ fn run_machine(align: usize, initial_len: usize, ops: &[Op]) {
             Op::ReopenHandle => f = f.reopen(),
             Op::DropAndReopen => {
                 drop(f);
-                check_no_leak(&cache);
+                check_no_leak(&cache, "dropped before reopening");
                 same(
                     &store.contents(),
                     &model,
@@ -461,7 +391,7 @@ fn run_machine(align: usize, initial_len: usize, ops: &[Op]) {
     f.fsync().unwrap();
     same(&store.synced_contents(), &model, "synced at the end");
     drop(f);
-    check_no_leak(&cache);
+    check_no_leak(&cache, "at the end");
     let cache = small_cache();
     let f = cache.open(store.clone()).unwrap();
     same(&read_all(&f), &model, "through a new cache");

@@ -2,6 +2,8 @@
 //! in-memory store (whose synced image is what a crash would leave) and with a real file, opened
 //! with `O_DIRECT` where the file system allows it and buffered as well.
 
+mod common;
+
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
@@ -9,40 +11,7 @@ use std::sync::Arc;
 use quire::filemap::{CacheConfig, CachedFile, PageCache};
 use quire::store::{FileStore, IoMode, MemStore, Store, StoreError};
 
-const PAGE: usize = 4096;
-
-/// xorshift64*: a small deterministic generator for offsets, lengths and bytes.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-    fn bytes(&mut self, n: usize) -> Vec<u8> {
-        let seed = self.next();
-        (0..n)
-            .map(|i| (seed.rotate_left((i % 64) as u32) as u8) ^ (i as u8))
-            .collect()
-    }
-}
-
-#[track_caller]
-fn same(got: &[u8], want: &[u8], what: &str) {
-    if got != want {
-        let at = got.iter().zip(want).position(|(a, b)| a != b);
-        panic!(
-            "{what}: lengths {} and {}, first difference at {at:?}",
-            got.len(),
-            want.len()
-        );
-    }
-}
+use common::{check_no_leak, same, Rng, PAGE};
 
 fn read_all(f: &CachedFile) -> Vec<u8> {
     let mut buf = vec![0u8; f.len() as usize];
@@ -73,7 +42,7 @@ fn write_mix(f: &CachedFile, rng: &mut Rng, start: Vec<u8>) -> Vec<u8> {
     let target = 3 << 20;
     // Sequential large writes to grow the file (extending it past the store's end).
     while model.len() < target {
-        let len = (64 << 10) + rng.below(64 << 10) as usize;
+        let len = (64 << 10) + rng.below(64 << 10);
         let w = rng.bytes(len);
         let off = model.len();
         assert_eq!(f.write_at(off as u64, &w).unwrap(), len);
@@ -82,11 +51,11 @@ fn write_mix(f: &CachedFile, rng: &mut Rng, start: Vec<u8>) -> Vec<u8> {
     // Random overwrites, some inside one page, some across many.
     for i in 0..200 {
         let len = if i % 10 == 0 {
-            1 + rng.below(100 << 10) as usize
+            1 + rng.below(100 << 10)
         } else {
-            1 + rng.below(3000) as usize
+            1 + rng.below(3000)
         };
-        let off = rng.below((model.len() - len) as u64) as usize;
+        let off = rng.below(model.len() - len);
         let w = rng.bytes(len);
         f.write_at(off as u64, &w).unwrap();
         model[off..off + len].copy_from_slice(&w);
@@ -103,32 +72,6 @@ fn write_mix(f: &CachedFile, rng: &mut Rng, start: Vec<u8>) -> Vec<u8> {
     assert_eq!(f.len() as usize, model.len());
     assert_ne!(model.len() % PAGE, 0, "the file ends inside a page");
     model
-}
-
-/// Checks that a cache whose files are all gone holds nothing: the index counts at once; the
-/// free frames within a bounded wait, since a background thread (the flusher, a readahead job)
-/// may hold a reference to a folio for a moment after the file closed.
-fn check_no_leak(cache: &PageCache) {
-    let s = cache.stats();
-    assert_eq!(
-        (s.cached_frames, s.dirty_frames, s.files),
-        (0, 0, 0),
-        "nothing is cached once the files are gone"
-    );
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    loop {
-        let s = cache.stats();
-        if s.free_frames == s.frames {
-            return;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "frames leaked: {} of {} free",
-            s.free_frames,
-            s.frames
-        );
-        std::thread::sleep(std::time::Duration::from_millis(1));
-    }
 }
 
 #[test]
@@ -149,7 +92,7 @@ fn write_fsync_and_reopen_with_a_mem_store() {
         );
         assert_eq!(cache.stats().dirty_frames, 0);
         drop(f);
-        check_no_leak(&cache);
+        check_no_leak(&cache, "a mem store");
         drop(cache);
 
         let cache = small_cache();
@@ -160,7 +103,7 @@ fn write_fsync_and_reopen_with_a_mem_store() {
         let pages = model.len().div_ceil(PAGE);
         let mut order: Vec<usize> = (0..pages).collect();
         for i in (1..order.len()).rev() {
-            order.swap(i, rng.below(i as u64 + 1) as usize);
+            order.swap(i, rng.below(i + 1));
         }
         let mut buf = vec![0u8; PAGE];
         for p in order {
@@ -186,7 +129,7 @@ fn dropping_the_last_handle_writes_back() {
         "another handle keeps the file"
     );
     drop(g);
-    check_no_leak(&cache);
+    check_no_leak(&cache, "the last handle dropped");
     same(
         &store.contents(),
         &model,
@@ -259,7 +202,7 @@ fn write_fsync_and_reopen_with_a_real_file() {
         let model = write_mix(&f, &mut rng, initial);
         f.fsync().unwrap();
         drop(f);
-        check_no_leak(&cache);
+        check_no_leak(&cache, "written to a real file");
         drop(cache);
         // What the kernel has, read without quire: every byte, and the exact length.
         let on_disk = std::fs::read(&path).unwrap();
@@ -290,7 +233,7 @@ fn write_fsync_and_reopen_with_a_real_file() {
             "after the second fsync",
         );
         drop(f);
-        check_no_leak(&cache);
+        check_no_leak(&cache, "read back from a real file");
     }
     // A file created by quire itself.
     let path = dir.0.join("created.dat");
@@ -301,7 +244,7 @@ fn write_fsync_and_reopen_with_a_real_file() {
     let model = write_mix(&f, &mut rng, Vec::new());
     f.close().unwrap();
     same(&std::fs::read(&path).unwrap(), &model, "a created file");
-    check_no_leak(&cache);
+    check_no_leak(&cache, "a created file");
 }
 
 /// An aligned in-memory store (like an `O_DIRECT` file) on which cutting the length is slow;

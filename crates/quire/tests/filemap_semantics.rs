@@ -8,6 +8,8 @@
 //! increases are asserted, never exact values; exact checks use per-file state instead
 //! (`cached_frames`, the store's contents).
 
+mod common;
+
 use std::collections::HashMap;
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -18,38 +20,7 @@ use quire::filemap::{CacheConfig, CachedFile, FilemapError, PageCache, MAX_FILE_
 use quire::stats::{self, Event};
 use quire::store::{self, MemStore, Store};
 
-const PAGE: usize = 4096;
-
-fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) ^ ((i >> 12) as u8))
-        .collect()
-}
-
-/// Asserts that two byte strings are equal, reporting the first difference (not the bytes).
-#[track_caller]
-fn same(got: &[u8], want: &[u8], what: &str) {
-    if got != want {
-        let at = got.iter().zip(want).position(|(a, b)| a != b);
-        panic!(
-            "{what}: lengths {} and {}, first difference at {at:?}{}",
-            got.len(),
-            want.len(),
-            at.map(|i| format!(" ({} != {})", got[i], want[i]))
-                .unwrap_or_default()
-        );
-    }
-}
-
-/// A cache whose flusher never runs on its own during a test (write-back only when asked).
-fn quiet_config(capacity: usize) -> CacheConfig {
-    let mut cfg = CacheConfig::new(capacity);
-    cfg.dirty_background = capacity;
-    cfg.dirty_limit = capacity;
-    cfg.dirty_expire = Duration::from_secs(3600);
-    cfg.flush_interval = Duration::from_secs(3600);
-    cfg
-}
+use common::{pattern, quiet_config, same, PAGE};
 
 /// Reads the whole file (and checks that a read at its end returns nothing).
 fn read_all(f: &CachedFile) -> Vec<u8> {

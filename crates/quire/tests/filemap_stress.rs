@@ -3,72 +3,16 @@
 //! does not finish), no operation fails because the cache is full, the data is exact at the
 //! end, and every frame comes back when the files are dropped.
 
+mod common;
+
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use quire::filemap::{CacheConfig, CachedFile, PageCache};
+use quire::filemap::{CacheConfig, PageCache};
 use quire::store::MemStore;
 
-const PAGE: usize = 4096;
-
-/// xorshift64*.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % (n.max(1) as u64)) as usize
-    }
-    fn bytes(&mut self, n: usize) -> Vec<u8> {
-        let seed = self.next();
-        (0..n)
-            .map(|i| (seed.rotate_left((i % 64) as u32) as u8) ^ (i as u8))
-            .collect()
-    }
-}
-
-#[track_caller]
-fn same(got: &[u8], want: &[u8], what: &str) {
-    if got != want {
-        let at = got.iter().zip(want).position(|(a, b)| a != b);
-        panic!(
-            "{what}: lengths {} and {}, first difference at {at:?}",
-            got.len(),
-            want.len()
-        );
-    }
-}
-
-fn read_all(f: &CachedFile) -> Vec<u8> {
-    let mut buf = vec![0u8; f.len() as usize];
-    assert_eq!(f.read_at(0, &mut buf).unwrap(), buf.len());
-    buf
-}
-
-#[track_caller]
-fn check_no_leak(cache: &PageCache) {
-    let s = cache.stats();
-    assert_eq!(
-        (s.cached_frames, s.dirty_frames, s.files),
-        (0, 0, 0),
-        "nothing is cached once the files are gone"
-    );
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while cache.stats().free_frames != cache.stats().frames {
-        assert!(
-            Instant::now() < deadline,
-            "frames leaked: {:?}",
-            cache.stats()
-        );
-        std::thread::sleep(Duration::from_millis(1));
-    }
-}
+use common::{check_no_leak, read_all, same, Rng, PAGE};
 
 /// Aborts the process if `done` is not set within `limit`: a deadlocked run must not hang the
 /// test suite (a panic in the watchdog could not stop the stuck threads).
@@ -210,7 +154,7 @@ fn four_threads_on_a_file_eight_times_the_cache() {
     f.fsync().unwrap();
     same(&store.synced_contents(), &model, "the store after fsync");
     drop(f);
-    check_no_leak(&cache);
+    check_no_leak(&cache, "four threads on one file");
     let cache = PageCache::new(CacheConfig::new(1 << 20)).unwrap();
     let f = cache.open(store).unwrap();
     same(&read_all(&f), &model, "through a new cache");
@@ -278,7 +222,7 @@ fn six_files_writing_past_the_dirty_limit_in_a_tiny_cache() {
         models
     });
     done.store(true, Ordering::Release);
-    check_no_leak(&cache);
+    check_no_leak(&cache, "six files");
     for (store, model) in stores.iter().zip(&models) {
         same(&store.synced_contents(), model, "closed with fsync");
     }
@@ -374,7 +318,7 @@ fn truncation_racing_with_readers_and_writers_never_shows_stale_bytes() {
         f.fsync().unwrap();
         same(&store.synced_contents(), &now, "the store after fsync");
         drop(f);
-        check_no_leak(&cache);
+        check_no_leak(&cache, "truncation racing");
         let cache2 = PageCache::new(CacheConfig::new(1 << 20)).unwrap();
         let g = cache2.open(store.clone()).unwrap();
         same(

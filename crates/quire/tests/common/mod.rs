@@ -1,0 +1,138 @@
+//! Helpers shared by the `filemap_*` integration tests: byte patterns, a deterministic
+//! generator, byte-string comparison, whole-file reads, a quiet cache configuration, the
+//! no-leak check and a faulty-store constructor.
+//!
+//! Each test file includes this module with `mod common;`; not every file uses every helper.
+
+#![allow(dead_code)]
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use quire::filemap::{CacheConfig, CachedFile, PageCache};
+use quire::store::{FaultyStore, MemStore};
+
+/// The size of a page (a base folio) in bytes.
+pub const PAGE: usize = 4096;
+
+/// `len` bytes of `i * mul + seed`, xor'ed with the page number (`i >> 12`) so that no two
+/// pages of one pattern are alike. `mul` should be odd.
+pub fn pattern_with(len: usize, seed: u8, mul: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(mul).wrapping_add(seed) ^ ((i >> 12) as u8))
+        .collect()
+}
+
+/// [`pattern_with`] with the multiplier 31.
+pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    pattern_with(len, seed, 31)
+}
+
+/// xorshift64*: a small deterministic generator for offsets, lengths and bytes.
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// The next 64 random bits.
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    /// A number in `0..n` (0 when `n` is 0).
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next() % (n.max(1) as u64)) as usize
+    }
+
+    /// A number in `lo..hi` (`lo` when the range is empty).
+    pub fn range(&mut self, lo: usize, hi: usize) -> usize {
+        lo + self.below(hi - lo)
+    }
+
+    /// `n` pseudo-random bytes.
+    pub fn bytes(&mut self, n: usize) -> Vec<u8> {
+        let seed = self.next();
+        (0..n)
+            .map(|i| (seed.rotate_left((i % 64) as u32) as u8) ^ (i as u8))
+            .collect()
+    }
+}
+
+/// Asserts that two byte strings are equal, reporting the first difference (not the bytes).
+#[track_caller]
+pub fn same(got: &[u8], want: &[u8], what: &str) {
+    if got != want {
+        let at = got.iter().zip(want).position(|(a, b)| a != b);
+        panic!(
+            "{what}: lengths {} and {}, first difference at {at:?}{}",
+            got.len(),
+            want.len(),
+            at.map(|i| format!(" ({} != {})", got[i], want[i]))
+                .unwrap_or_default()
+        );
+    }
+}
+
+/// Reads the whole file in one call.
+#[track_caller]
+pub fn read_all(f: &CachedFile) -> Vec<u8> {
+    let mut buf = vec![0u8; f.len() as usize];
+    assert_eq!(f.read_at(0, &mut buf).unwrap(), buf.len());
+    buf
+}
+
+/// A cache whose flusher never runs on its own during a test (huge thresholds and expiry), so
+/// that write-back happens only when asked for or when reclaim needs the memory.
+pub fn quiet_config(capacity: usize) -> CacheConfig {
+    let mut cfg = CacheConfig::new(capacity);
+    cfg.dirty_background = capacity;
+    cfg.dirty_limit = capacity;
+    cfg.dirty_expire = Duration::from_secs(3600);
+    cfg.flush_interval = Duration::from_secs(3600);
+    cfg
+}
+
+/// Checks that a cache whose files are all gone holds nothing: the index counts at once; the
+/// free frames within a bounded wait, since a background thread (the flusher, a readahead job)
+/// may hold a reference to a folio for a moment after its file closed; then that the
+/// allocator agrees that no frame is handed out.
+#[track_caller]
+pub fn check_no_leak(cache: &PageCache, what: &str) {
+    let s = cache.stats();
+    assert_eq!(
+        (s.cached_frames, s.dirty_frames, s.files),
+        (0, 0, 0),
+        "{what}: nothing is cached once the files are gone"
+    );
+    let start = Instant::now();
+    loop {
+        let s = cache.stats();
+        if s.free_frames == s.frames {
+            if start.elapsed() > Duration::from_millis(1) {
+                eprintln!("{what}: frames came back after {:?}", start.elapsed());
+            }
+            let b = cache.pool().stats();
+            assert_eq!(b.allocated, 0, "{what}: the allocator agrees");
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "{what}: frames leaked: {} of {} free",
+            s.free_frames,
+            s.frames
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// A fault-injecting in-memory store.
+pub type Faulty = Arc<FaultyStore<MemStore>>;
+
+/// A [`Faulty`] store holding `data` (also taken as synced), transferring in multiples of
+/// `align` bytes.
+pub fn faulty(data: Vec<u8>, align: usize) -> Faulty {
+    Arc::new(FaultyStore::new(
+        MemStore::from_vec(data).with_alignment(align),
+    ))
+}
