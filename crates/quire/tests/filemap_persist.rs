@@ -124,10 +124,8 @@ fn dropping_the_last_handle_writes_back() {
     let model = write_mix(&f, &mut rng, Vec::new());
     let g = f.reopen();
     drop(f);
-    assert!(
-        cache.stats().dirty_frames > 0,
-        "another handle keeps the file"
-    );
+    // (Whether data is still dirty here depends on the flusher, so ask for the file itself.)
+    assert_eq!(cache.stats().files, 1, "another handle keeps the file open");
     drop(g);
     check_no_leak(&cache, "the last handle dropped");
     same(
