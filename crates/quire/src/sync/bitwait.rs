@@ -763,15 +763,39 @@ mod tests {
     }
 
     #[test]
-    fn handoff_happens_under_contention_with_zero_unfairness() {
-        // With unfairness 0 every woken locker that lost once asks for hand-off. Run a contended
-        // loop and check hand-offs were counted. (Other tests may run meanwhile; they only add.)
-        let before = crate::stats::read(Event::LockHandoffs);
+    fn unlock_hands_the_lock_to_a_waiter_that_asked_for_it() {
+        // With unfairness 0 a sleeping locker asks for hand-off at once: the unlock that wakes it
+        // takes the lock on its behalf, so the word is still LOCKED when `unlock` returns.
         let saved = lock_unfairness();
         set_lock_unfairness(0);
-        mutual_exclusion(WaitPolicy::Exact, 4, 20_000);
+        let before = crate::stats::read(Event::LockHandoffs);
+        let w = Arc::new(AtomicU64::new(LOCKED));
+        let got = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let release = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let waiter = {
+            let (w, got, release) = (w.clone(), got.clone(), release.clone());
+            std::thread::spawn(move || {
+                lock(&w);
+                got.store(true, std::sync::atomic::Ordering::SeqCst);
+                while !release.load(std::sync::atomic::Ordering::SeqCst) {
+                    std::thread::yield_now();
+                }
+                unlock(&w);
+            })
+        };
+        // WAITERS is set under the wait-table lock just before the waiter is queued, so the
+        // unlock below, which takes that lock, finds it.
+        while w.load(Ordering::Relaxed) & WAITERS == 0 {
+            std::thread::yield_now();
+        }
+        unlock(&w);
+        let now = w.load(Ordering::Relaxed);
         set_lock_unfairness(saved);
-        let after = crate::stats::read(Event::LockHandoffs);
-        assert!(after > before, "no lock hand-off observed");
+        assert_ne!(now & LOCKED, 0, "the lock went straight to the waiter");
+        release.store(true, std::sync::atomic::Ordering::SeqCst);
+        waiter.join().unwrap();
+        assert!(got.load(std::sync::atomic::Ordering::SeqCst));
+        assert_eq!(w.load(Ordering::Relaxed), 0);
+        assert!(crate::stats::read(Event::LockHandoffs) > before);
     }
 }
