@@ -3,6 +3,8 @@
 //! every reference must be accounted for.
 #![cfg(not(loom))]
 
+mod common;
+use common::TempDir;
 use std::collections::HashMap;
 use std::fs;
 use std::io::ErrorKind;
@@ -13,23 +15,6 @@ use std::time::{Duration, Instant};
 
 use quire::dcache::{Dcache, DcacheConfig, DcacheError, DentryRef, FileKind, RefPolicy};
 use rustix::io::Errno;
-
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        let p = std::env::temp_dir().join(format!("quire-dcache-{tag}-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&p);
-        fs::create_dir_all(&p).unwrap();
-        TempDir(p)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
-}
 
 /// xorshift64*.
 struct Rng(u64);

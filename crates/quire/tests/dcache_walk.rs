@@ -2,33 +2,19 @@
 //! changes behind its back, bad input, permissions, references.
 #![cfg(not(loom))]
 
+mod common;
+use common::TempDir;
 use std::ffi::OsStr;
 use std::fs;
 use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use quire::dcache::{
     Dcache, DcacheConfig, DcacheError, DentryRef, FileKind, RefPolicy, MAX_SYMLINKS,
 };
 
-/// A temporary directory, removed (with everything in it) when dropped.
-struct TempDir(PathBuf);
-
 impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        static N: AtomicUsize = AtomicUsize::new(0);
-        let p = std::env::temp_dir().join(format!(
-            "quire-dcache-{tag}-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        let _ = fs::remove_dir_all(&p);
-        fs::create_dir_all(&p).unwrap();
-        TempDir(p)
-    }
-
     fn path(&self, rel: &str) -> PathBuf {
         self.0.join(rel)
     }
@@ -40,33 +26,6 @@ impl TempDir {
     fn touch(&self, rel: &str) {
         fs::write(self.path(rel), b"x").unwrap();
     }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        // Undo any chmod a test left behind, then remove.
-        for e in walkdir(&self.0) {
-            if e.is_dir() && !e.is_symlink() {
-                let _ = fs::set_permissions(&e, fs::Permissions::from_mode(0o755));
-            }
-        }
-        let _ = fs::remove_dir_all(&self.0);
-    }
-}
-
-fn walkdir(p: &Path) -> Vec<PathBuf> {
-    let mut out = vec![p.to_path_buf()];
-    if let Ok(rd) = fs::read_dir(p) {
-        for e in rd.flatten() {
-            let ep = e.path();
-            if ep.is_dir() && !ep.is_symlink() {
-                out.extend(walkdir(&ep));
-            } else {
-                out.push(ep);
-            }
-        }
-    }
-    out
 }
 
 fn config(policy: RefPolicy, revalidate: Option<Duration>) -> DcacheConfig {

@@ -4,14 +4,13 @@
 
 mod common;
 
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use quire::filemap::{CacheConfig, CachedFile, PageCache};
 use quire::store::{FileStore, IoMode, MemStore, Store, StoreError};
 
-use common::{check_no_leak, same, Rng, PAGE};
+use common::{check_no_leak, same, Rng, TempDir, PAGE};
 
 fn read_all(f: &CachedFile) -> Vec<u8> {
     let mut buf = vec![0u8; f.len() as usize];
@@ -136,28 +135,6 @@ fn dropping_the_last_handle_writes_back() {
     let cache = small_cache();
     let f = cache.open(store.clone()).unwrap();
     same(&read_all(&f), &model, "through a new cache");
-}
-
-/// A directory under the system's temporary directory, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        static N: AtomicU32 = AtomicU32::new(0);
-        let path = std::env::temp_dir().join(format!(
-            "quire-filemap-{tag}-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&path).unwrap();
-        TempDir(path)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 /// Opens `path` in `mode`, falling back to buffered where `O_DIRECT` is refused; returns the

@@ -631,21 +631,13 @@ fn cold_seq(b: &mut Bench, path: &Path, size: u64) -> anyhow::Result<()> {
         b.step(&format!("{case} quire"));
         best_q = best_q.min(quire_run(&mut buf)?);
     }
-    b.record(
-        case,
-        "kernel",
-        1,
-        "mb_per_s",
-        mib_per_s(size, best_k),
-        "MiB/s",
-    );
-    b.record(
-        case,
-        "quire",
-        1,
-        "mb_per_s",
-        mib_per_s(size, best_q),
-        "MiB/s",
-    );
+    record_seq(b, case, size, best_k, best_q);
     Ok(())
+}
+
+/// Records the best times of a sequential case's `kernel` and `quire` variants as MiB/s.
+pub(super) fn record_seq(b: &mut Bench, case: &str, size: u64, kernel: Duration, quire: Duration) {
+    for (variant, t) in [("kernel", kernel), ("quire", quire)] {
+        b.record(case, variant, 1, "mb_per_s", mib_per_s(size, t), "MiB/s");
+    }
 }

@@ -28,7 +28,7 @@ use anyhow::{ensure, Context};
 use quire::filemap::PageCache;
 
 use super::read::{
-    cache_for, direct_store, file_size, mib_per_s, seq_runs, Content, Scratch, CHUNK,
+    cache_for, direct_store, file_size, record_seq, seq_runs, Content, Scratch, CHUNK,
 };
 use super::{Bench, Suite};
 
@@ -155,21 +155,6 @@ fn seq_fsync(b: &mut Bench, scratch: &Scratch, size: u64) -> anyhow::Result<()> 
         best_q = best_q.min(quire_run(b, &cache, &qpath, size, &mut buf)?);
         remove(&qpath)?;
     }
-    b.record(
-        case,
-        "kernel",
-        1,
-        "mb_per_s",
-        mib_per_s(size, best_k),
-        "MiB/s",
-    );
-    b.record(
-        case,
-        "quire",
-        1,
-        "mb_per_s",
-        mib_per_s(size, best_q),
-        "MiB/s",
-    );
+    record_seq(b, case, size, best_k, best_q);
     Ok(())
 }

@@ -275,7 +275,7 @@ impl<S: Store> FaultyStore<S> {
         }
         let align = self.inner.alignment().max(1) as u64;
         let end = offset + len as u64;
-        let mut f = self.faults();
+        let f = self.faults();
         // The fault the request reaches first.
         let hit = f
             .armed
@@ -301,18 +301,7 @@ impl<S: Store> FaultyStore<S> {
             }
         }
         // Begins inside: fire.
-        let a = &mut f.armed[i];
-        a.fired += 1;
-        let kind = a.fault.kind;
-        if let Some(t) = a.fault.times.as_mut() {
-            *t -= 1;
-            if *t == 0 {
-                let a = f.armed.remove(i);
-                f.retired.push((a.id, a.fired));
-            }
-        }
-        drop(f);
-        self.injected.fetch_add(1, Ordering::Relaxed);
+        let kind = self.fire(f, i);
         match kind {
             FaultKind::Error { kind, errno } => Plan::Fail(StoreError::Io {
                 op,
@@ -333,13 +322,8 @@ impl<S: Store> FaultyStore<S> {
 }
 
 impl<S: Store> FaultyStore<S> {
-    /// Fires the first armed fault that `applies` to a whole-store operation (`sync`,
-    /// `set_len`), as an error.
-    fn fire_whole(&self, op: Op, applies: impl Fn(&Fault) -> bool) -> Result<()> {
-        let mut f = self.faults();
-        let Some(i) = f.armed.iter().position(|a| applies(&a.fault)) else {
-            return Ok(());
-        };
+    /// Fires armed fault `i`: counts it, retires it if it is used up, and returns what it does.
+    fn fire(&self, mut f: std::sync::MutexGuard<'_, Faults>, i: usize) -> FaultKind {
         let a = &mut f.armed[i];
         a.fired += 1;
         let kind = a.fault.kind;
@@ -352,6 +336,17 @@ impl<S: Store> FaultyStore<S> {
         }
         drop(f);
         self.injected.fetch_add(1, Ordering::Relaxed);
+        kind
+    }
+
+    /// Fires the first armed fault that `applies` to a whole-store operation (`sync`,
+    /// `set_len`), as an error.
+    fn fire_whole(&self, op: Op, applies: impl Fn(&Fault) -> bool) -> Result<()> {
+        let f = self.faults();
+        let Some(i) = f.armed.iter().position(|a| applies(&a.fault)) else {
+            return Ok(());
+        };
+        let kind = self.fire(f, i);
         let (kind, errno) = match kind {
             FaultKind::Error { kind, errno } => (kind, errno),
             FaultKind::Short { .. } => (io::ErrorKind::Other, Some(EIO)),

@@ -1,6 +1,7 @@
 //! Helpers shared by the `filemap_*` integration tests: byte patterns, a deterministic
 //! generator, byte-string comparison, whole-file reads, a quiet cache configuration, the
-//! no-leak check and a faulty-store constructor.
+//! no-leak check, a faulty-store constructor and temporary directories (also used by the
+//! `dcache_*` tests).
 //!
 //! Each test file includes this module with `mod common;`; not every file uses every helper.
 
@@ -135,4 +136,51 @@ pub fn faulty(data: Vec<u8>, align: usize) -> Faulty {
     Arc::new(FaultyStore::new(
         MemStore::from_vec(data).with_alignment(align),
     ))
+}
+
+/// A fresh temporary directory, removed (with everything in it) when dropped.
+pub struct TempDir(pub std::path::PathBuf);
+
+impl TempDir {
+    /// A new empty directory whose name carries `tag`, this process and a counter.
+    pub fn new(tag: &str) -> TempDir {
+        static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let p = std::env::temp_dir().join(format!(
+            "quire-test-{tag}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        // Undo any chmod a test left behind, then remove.
+        for e in walkdir(&self.0) {
+            if e.is_dir() && !e.is_symlink() {
+                use std::os::unix::fs::PermissionsExt;
+                let _ = std::fs::set_permissions(&e, std::fs::Permissions::from_mode(0o755));
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// `p` and everything below it (not following symbolic links).
+fn walkdir(p: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = vec![p.to_path_buf()];
+    if let Ok(rd) = std::fs::read_dir(p) {
+        for e in rd.flatten() {
+            let ep = e.path();
+            if ep.is_dir() && !ep.is_symlink() {
+                out.extend(walkdir(&ep));
+            } else {
+                out.push(ep);
+            }
+        }
+    }
+    out
 }

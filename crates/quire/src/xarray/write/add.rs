@@ -242,6 +242,17 @@ fn shadow_of(w: usize) -> Option<u64> {
     }
 }
 
+/// Checks an `add` request and encodes its entry; the caller owns the word from now on.
+fn prepare<P: XaPointer>(index: u64, order: u32, entry: Entry<P>) -> Result<usize, Rejected<P>> {
+    if let Err(error) = check_add(index, order, &entry) {
+        return Err(Rejected {
+            error,
+            entry: Some(entry),
+        });
+    }
+    encode(Some(entry))
+}
+
 /// [`XArray::add`].
 pub(in crate::xarray) fn add<P: XaPointer>(
     xa: &XArray<P>,
@@ -249,13 +260,7 @@ pub(in crate::xarray) fn add<P: XaPointer>(
     order: u32,
     entry: Entry<P>,
 ) -> Result<Option<u64>, Rejected<P>> {
-    if let Err(error) = check_add(index, order, &entry) {
-        return Err(Rejected {
-            error,
-            entry: Some(entry),
-        });
-    }
-    let new = encode(Some(entry))?;
+    let new = prepare(index, order, entry)?;
     let mut reserve: Option<SplitReserve> = None;
     loop {
         let mut lock = xa.lock();
@@ -287,13 +292,7 @@ pub(in crate::xarray) fn add_multi_walk<P: XaPointer>(
     order: u32,
     entry: Entry<P>,
 ) -> Result<Option<u64>, Rejected<P>> {
-    if let Err(error) = check_add(index, order, &entry) {
-        return Err(Rejected {
-            error,
-            entry: Some(entry),
-        });
-    }
-    let new = encode(Some(entry))?;
+    let new = prepare(index, order, entry)?;
     let fail = |error: XaError| Rejected {
         error,
         // SAFETY: `new` was not stored; it is still ours.
