@@ -63,6 +63,15 @@ fn check_accounting(b: &Buddy, m: &Model) {
     assert_eq!(s.allocated, m.allocated_frames());
     assert_eq!(s.free + s.cached + s.allocated, s.total);
     assert!(s.cached <= b.pcp_shards() * b.pcp_high());
+    // The lock-free readings agree with the locked ones when nothing runs concurrently.
+    assert_eq!(b.zone_free_frames(), s.free, "zone_free_frames");
+    for order in 0..=MAX_ORDER {
+        assert_eq!(
+            b.has_free_block(order),
+            s.free_blocks[order as usize..].iter().any(|&n| n > 0),
+            "has_free_block({order})"
+        );
+    }
 }
 
 fn run(n: usize, shards: usize, high: usize, steps: &[Step]) {

@@ -63,6 +63,8 @@ pub const NR_ORDERS: usize = MAX_ORDER as usize + 1;
 const NIL: u32 = u32::MAX;
 /// `state[pfn]` for a frame that does not head a free block in the zone.
 const NOT_FREE: u8 = 0xff;
+/// `zone_top` when the zone has no free block.
+const NO_BLOCK: usize = usize::MAX;
 
 /// The most frames one cache shard keeps.
 const PCP_HIGH_MAX: usize = 128;
@@ -145,6 +147,14 @@ impl Zone {
         self.free_frames -= 1 << order;
     }
 
+    /// The largest order with a free block, or [`NO_BLOCK`].
+    fn top_order(&self) -> usize {
+        (0..NR_ORDERS)
+            .rev()
+            .find(|&k| self.heads[k] != NIL)
+            .unwrap_or(NO_BLOCK)
+    }
+
     /// Takes a block of exactly `order` off the lists, splitting a larger one if needed.
     fn take(&mut self, order: u32) -> Option<u32> {
         let found = (order..=MAX_ORDER).find(|&k| self.heads[k as usize] != NIL)?;
@@ -180,6 +190,36 @@ impl Zone {
     }
 }
 
+/// The zone, locked; publishes [`Buddy::zone_free_frames`] and the largest free order on drop.
+struct ZoneGuard<'a> {
+    zone: MutexGuard<'a, Zone>,
+    buddy: &'a Buddy,
+}
+
+impl std::ops::Deref for ZoneGuard<'_> {
+    type Target = Zone;
+    fn deref(&self) -> &Zone {
+        &self.zone
+    }
+}
+
+impl std::ops::DerefMut for ZoneGuard<'_> {
+    fn deref_mut(&mut self) -> &mut Zone {
+        &mut self.zone
+    }
+}
+
+impl Drop for ZoneGuard<'_> {
+    fn drop(&mut self) {
+        self.buddy
+            .zone_free
+            .store(self.zone.free_frames, StdOrdering::Relaxed);
+        self.buddy
+            .zone_top
+            .store(self.zone.top_order(), StdOrdering::Relaxed);
+    }
+}
+
 /// One cache shard: free order-0 frames and the signed count of frames allocated through it.
 struct Pcp {
     frames: Vec<u32>,
@@ -211,6 +251,12 @@ impl BuddyStats {
 /// The buddy allocator; see the [module documentation](self).
 pub struct Buddy {
     zone: Mutex<Zone>,
+    /// Frames on the zone's free lists, as of the last change (written under the zone lock,
+    /// read without it: the watermark checks of reclaim).
+    zone_free: StdAtomicUsize,
+    /// The largest order with a free block on the zone's lists, or `NO_BLOCK` (written under
+    /// the zone lock).
+    zone_top: StdAtomicUsize,
     pcp: Box<[CachePadded<Mutex<Pcp>>]>,
     pcp_high: usize,
     pcp_batch: usize,
@@ -273,8 +319,12 @@ impl Buddy {
                 }))
             })
             .collect();
+        let zone = Zone::new(nr_frames);
+        let (free, top) = (zone.free_frames, zone.top_order());
         Buddy {
-            zone: Mutex::new(Zone::new(nr_frames)),
+            zone: Mutex::new(zone),
+            zone_free: StdAtomicUsize::new(free),
+            zone_top: StdAtomicUsize::new(top),
             pcp,
             pcp_high: high,
             pcp_batch: (high / 4).max(1),
@@ -318,6 +368,30 @@ impl Buddy {
         self.pcp.len()
     }
 
+    /// Locks the zone; the guard publishes the free count and the largest free order when it
+    /// is dropped.
+    fn zone(&self) -> ZoneGuard<'_> {
+        ZoneGuard {
+            zone: lock(&self.zone),
+            buddy: self,
+        }
+    }
+
+    /// Frames on the zone's free lists at the last change, read without a lock: what the
+    /// watermark checks of reclaim use. Frames held in the order-0 caches (at most
+    /// `pcp_shards() * pcp_high()`) are free too but not counted, so the figure errs low.
+    #[inline]
+    pub fn zone_free_frames(&self) -> usize {
+        self.zone_free.load(StdOrdering::Relaxed)
+    }
+
+    /// Whether the zone had a free block of at least `order` at the last change (lock-free).
+    #[inline]
+    pub fn has_free_block(&self, order: u32) -> bool {
+        let top = self.zone_top.load(StdOrdering::Relaxed);
+        top != NO_BLOCK && top >= order as usize
+    }
+
     fn my_shard(&self) -> &Mutex<Pcp> {
         &self.pcp[thread_number() % self.pcp.len()]
     }
@@ -348,7 +422,7 @@ impl Buddy {
             Some(pfn) => pfn,
             None => {
                 {
-                    let mut zone = lock(&self.zone);
+                    let mut zone = self.zone();
                     for _ in 0..self.pcp_batch {
                         match zone.take(0) {
                             Some(pfn) => pcp.frames.push(pfn),
@@ -364,7 +438,7 @@ impl Buddy {
     }
 
     fn alloc_zone(&self, order: u32) -> Option<u32> {
-        let mut zone = lock(&self.zone);
+        let mut zone = self.zone();
         let pfn = zone.take(order)?;
         zone.allocated += 1 << order;
         Some(pfn)
@@ -387,13 +461,13 @@ impl Buddy {
             if pcp.frames.len() > self.pcp_high {
                 // Give the oldest frames back; keep the recently freed (cache-warm) ones.
                 let n = self.pcp_batch.min(pcp.frames.len());
-                let mut zone = lock(&self.zone);
+                let mut zone = self.zone();
                 for pfn in pcp.frames.drain(..n) {
                     zone.give(pfn, 0);
                 }
             }
         } else {
-            let mut zone = lock(&self.zone);
+            let mut zone = self.zone();
             zone.allocated -= 1 << order;
             zone.give(pfn, order);
         }
@@ -413,7 +487,7 @@ impl Buddy {
                 std::mem::swap(&mut frames, &mut pcp.frames);
                 pcp.frames.reserve(self.pcp_high + 1);
             }
-            let mut zone = lock(&self.zone);
+            let mut zone = self.zone();
             moved += frames.len();
             for pfn in frames.drain(..) {
                 zone.give(pfn, 0);
@@ -425,7 +499,7 @@ impl Buddy {
     /// Counts frames, with every shard and the zone locked at once (a consistent snapshot).
     pub fn stats(&self) -> BuddyStats {
         let shards: Vec<_> = self.pcp.iter().map(|s| lock(s)).collect();
-        let zone = lock(&self.zone);
+        let zone = self.zone();
         let cached = shards.iter().map(|p| p.frames.len()).sum();
         let allocated = zone.allocated + shards.iter().map(|p| p.allocated).sum::<isize>();
         BuddyStats {
@@ -440,7 +514,7 @@ impl Buddy {
     /// The free blocks on the zone's lists as `(first frame, order)`, sorted by frame (for tests
     /// and diagnostics; takes the zone lock and walks every list).
     pub fn free_blocks(&self) -> Vec<(u32, u32)> {
-        let zone = lock(&self.zone);
+        let zone = self.zone();
         let mut v = Vec::new();
         for order in 0..=MAX_ORDER {
             let mut pfn = zone.heads[order as usize];

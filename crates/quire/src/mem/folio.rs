@@ -24,12 +24,13 @@
 //! | 6 | [`REFERENCED`] | accessed since reclaim last looked | page cache / reclaim |
 //! | 7 | [`ACTIVE`] | on the active list | reclaim |
 //! | 8 | [`WORKINGSET`] | refaulted while part of the working set | reclaim |
-//! | 9 | [`LRU`] | on an LRU list | reclaim |
+//! | 9 | [`LRU`] | on an LRU list (see [`crate::vmscan`]) | the LRU lock holder |
 //! | 10 | [`ANON`] | anonymous memory, not file data | anon |
 //! | 11 | [`SWAPCACHE`] | in the swap cache | anon |
 //! | 12 | [`READAHEAD`] | reaching it triggers the next asynchronous readahead | readahead |
 //! | 13 | [`HEAD`] | this descriptor heads an allocated folio | allocation / free |
-//! | 14–15 | — | reserved for `mem` | |
+//! | 14 | [`RECLAIM`] | reclaim wants it: rotate it to the inactive tail when its write-back ends | reclaim / write-back end |
+//! | 15 | [`UNEVICTABLE`] | on the unevictable list: reclaim never takes it | its owner (mlock), under the LRU lock |
 //! | 16–19 | order ([`ORDER_SHIFT`]) | log2 of the folio's frame count, 0..=9 | allocation only |
 //! | 20–31 | — | reserved for `mem` | |
 //! | 32–63 | — | free for upper layers (e.g. an LRU generation) | their owners, with RMW ops |
@@ -124,6 +125,11 @@ pub const SWAPCACHE: u64 = 1 << 11;
 pub const READAHEAD: u64 = 1 << 12;
 /// This descriptor heads an allocated folio.
 pub const HEAD: u64 = 1 << 13;
+/// Reclaim found the folio dirty or under write-back at the inactive tail: when its write-back
+/// ends it is rotated to the tail, to be reclaimed next (the kernel's `PG_reclaim`).
+pub const RECLAIM: u64 = 1 << 14;
+/// The folio may not be reclaimed (mlocked); it lives on the unevictable list.
+pub const UNEVICTABLE: u64 = 1 << 15;
 /// Where the order is stored in the flag word.
 pub const ORDER_SHIFT: u32 = 16;
 /// The order's bits in the flag word.
@@ -148,6 +154,12 @@ pub struct Folio {
     index: AtomicU64,
     /// A word for the owner's use (the kernel's `folio->private`).
     private: AtomicUsize,
+    /// The links of the LRU list the folio is on (frame numbers of head descriptors; see
+    /// [`crate::vmscan`]), the kernel's `folio->lru`. Read and written only by the holder of the
+    /// LRU lock, so plain (std, relaxed) atomics: they are not part of any lock-free protocol.
+    pub(crate) lru_prev: std::sync::atomic::AtomicU32,
+    /// See `lru_prev`.
+    pub(crate) lru_next: std::sync::atomic::AtomicU32,
 }
 
 macro_rules! flag_ops {
@@ -183,6 +195,8 @@ impl Folio {
             mapping: AtomicUsize::new(0),
             index: AtomicU64::new(0),
             private: AtomicUsize::new(0),
+            lru_prev: std::sync::atomic::AtomicU32::new(u32::MAX),
+            lru_next: std::sync::atomic::AtomicU32::new(u32::MAX),
         }
     }
 
@@ -266,6 +280,10 @@ impl Folio {
         SWAPCACHE: is_swapcache, set_swapcache, clear_swapcache;
         /// Whether reaching the folio triggers asynchronous readahead.
         READAHEAD: is_readahead, set_readahead, clear_readahead;
+        /// Whether reclaim wants the folio rotated to the inactive tail after write-back.
+        RECLAIM: is_reclaim, set_reclaim, clear_reclaim;
+        /// Whether the folio is unevictable.
+        UNEVICTABLE: is_unevictable, set_unevictable, clear_unevictable;
     }
 
     // ---- reference count ----
@@ -516,8 +534,8 @@ impl Folio {
         let old = self.flags.fetch_and(LOCKED | WAITERS, Ordering::Relaxed);
         debug_assert!(old & HEAD != 0, "freeing a descriptor that heads no folio");
         debug_assert!(
-            old & (LOCKED | DIRTY | WRITEBACK) == 0,
-            "freeing a folio that is locked, dirty or under write-back: {old:#x}"
+            old & (LOCKED | DIRTY | WRITEBACK | LRU) == 0,
+            "freeing a folio that is locked, dirty, under write-back or on an LRU list: {old:#x}"
         );
         self.mapping.store(0, Ordering::Relaxed);
         self.index.store(0, Ordering::Relaxed);

@@ -315,9 +315,24 @@ impl FramePool {
         self.buddy.free_blocks()
     }
 
-    /// Frames that allocation can still hand out (free lists and caches).
+    /// Frames that allocation can still hand out (free lists and caches). Takes every
+    /// allocator lock; see [`FramePool::free_frames_hint`] for the lock-free reading.
     pub fn free_frames(&self) -> usize {
         self.buddy.stats().available()
+    }
+
+    /// Frames on the allocator's free lists at its last change, without a lock (errs low by
+    /// the frames in its order-0 caches): what reclaim's watermarks are checked against.
+    #[inline]
+    pub fn free_frames_hint(&self) -> usize {
+        self.buddy.zone_free_frames()
+    }
+
+    /// Whether a free block of at least `order` existed at the allocator's last change
+    /// (lock-free; a hint).
+    #[inline]
+    pub fn has_free_block(&self, order: u32) -> bool {
+        self.buddy.has_free_block(order)
     }
 }
 
