@@ -9,7 +9,7 @@ use std::sync::Arc;
 use proptest::prelude::*;
 use quire::sync::rcu;
 use quire::xarray::{
-    split_nodes, Entry, Mark, Retired, XArray, XaError, MAX_SPLIT_NODES, MAX_VALUE,
+    split_nodes, Entry, Mark, NodeList, Retired, XArray, XaError, MAX_SPLIT_NODES, MAX_VALUE,
 };
 
 type Xa = XArray<Arc<u64>>;
@@ -175,6 +175,11 @@ fn old_of(e: Option<Entry<Retired<Arc<u64>>>>) -> Option<Val> {
 
 #[derive(Clone, Debug)]
 enum Op {
+    /// Rotate the node list `skip` times, then delete the oldest listed node (arrays with a
+    /// node list only).
+    DeleteListed {
+        skip: usize,
+    },
     Store {
         index: u64,
         kind: Option<Kind>,
@@ -289,6 +294,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (index(), proptest::option::of(mark())).prop_map(|(index, mark)| Op::FindAfter { index, mark }),
         1 => (index(), 0u32..=13).prop_map(|(index, order)| Op::Conflicts { index, order }),
         1 => (1usize..5, proptest::option::of(mark())).prop_map(|(every, mark)| Op::Paused { every, mark }),
+        3 => (0usize..8).prop_map(|skip| Op::DeleteListed { skip }),
     ]
 }
 
@@ -317,8 +323,33 @@ fn model_list(m: &Model, start: u64, max: u64, mark: Option<Mark>) -> Vec<(u64, 
 }
 
 /// Applies one op to both and compares what they return.
-fn apply(xa: &Xa, m: &mut Model, op: &Op) {
+fn apply(xa: &Xa, list: Option<&NodeList>, m: &mut Model, op: &Op) {
     match *op {
+        Op::DeleteListed { skip } => {
+            let Some(list) = list else { return };
+            let mut picked = None;
+            for _ in 0..=skip {
+                picked = list.rotate_oldest();
+            }
+            let Some(n) = picked else {
+                assert!(list.is_empty());
+                return;
+            };
+            let first = n.base;
+            let last = n.base.saturating_add(span(n.shift + 6));
+            let inside = m.overlapping(first, last);
+            if xa.delete_listed(&n) {
+                // It held values only, wholly inside its range; they are gone.
+                for s in inside {
+                    let e = m.map.remove(&s).unwrap();
+                    assert!(matches!(e.val, Val::Value(_)), "a deleted node held {e:?}");
+                    assert!(
+                        s >= first && s + span(e.order) <= last,
+                        "entry beyond the node"
+                    );
+                }
+            }
+        }
         Op::Store { index, kind } => {
             if bad(kind) {
                 let r = xa.store(index, kind.map(|k| m.mint(k).1));
@@ -681,7 +712,7 @@ proptest! {
         let xa = Xa::new();
         let mut m = Model::default();
         for op in &ops {
-            apply(&xa, &mut m, op);
+            apply(&xa, None, &mut m, op);
             compare(&xa, &m);
         }
         // Erase everything: no node is left.
@@ -691,5 +722,32 @@ proptest! {
         }
         compare(&xa, &m);
         assert_eq!(xa.node_count(), 0);
+    }
+
+    /// The same with a node list: value-only nodes are listed exactly (checked by `check`), and
+    /// deleting a listed node takes exactly its values.
+    #[test]
+    fn xarray_with_node_list_matches_model(ops in proptest::collection::vec(op(), 1..60)) {
+        let list = Arc::new(NodeList::new());
+        let xa = Xa::with_node_list(list.clone(), 7);
+        let mut m = Model::default();
+        for op in &ops {
+            apply(&xa, Some(&list), &mut m, op);
+            compare(&xa, &m);
+        }
+        let starts: Vec<u64> = m.map.keys().copied().collect();
+        for s in starts {
+            assert_eq!(old_of(xa.erase(s)), m.store(s, None));
+        }
+        compare(&xa, &m);
+        assert!(list.is_empty(), "no node left listed");
+        // Dropping an array takes its nodes off the list.
+        let xa = Xa::with_node_list(list.clone(), 8);
+        for i in 0..200u64 {
+            xa.store(i * 3, Some(Entry::Value(i))).unwrap();
+        }
+        assert!(!list.is_empty());
+        drop(xa);
+        assert!(list.is_empty(), "drop unlists");
     }
 }

@@ -591,3 +591,51 @@ fn retired_pointers_outlive_readers_that_hold_a_guard() {
     assert_eq!(seen._value, 3);
     drop(g);
 }
+
+/// Nodes that come to hold only values are listed, oldest first; a pointer or a child takes a
+/// node off; deleting a listed node removes its values, frees it and its emptied ancestors.
+#[test]
+fn value_only_nodes_are_listed_and_can_be_deleted() {
+    use quire::xarray::NodeList;
+    let list = Arc::new(NodeList::new());
+    let xa: XArray<Arc<u64>> = XArray::with_node_list(list.clone(), 42);
+    // Leaf 0 (indices 0..64) gets values, leaf 1 (64..128) a pointer and values.
+    for i in 0..10u64 {
+        xa.store(i, Some(Entry::Value(i))).unwrap();
+    }
+    xa.store(64, Some(Entry::Pointer(Arc::new(1)))).unwrap();
+    xa.store(65, Some(Entry::Value(65))).unwrap();
+    assert_eq!(list.len(), 1, "only the leaf of values is listed");
+    assert_eq!(list.tokens(), vec![42]);
+    // Replacing the pointer by a value lists the second leaf after the first.
+    xa.store(64, Some(Entry::Value(64))).unwrap();
+    assert_eq!(list.len(), 2);
+    xa.check().unwrap();
+    // A pointer arriving takes leaf 0 off again.
+    xa.store(3, Some(Entry::Pointer(Arc::new(3)))).unwrap();
+    assert_eq!(list.len(), 1);
+    let oldest = list.rotate_oldest().unwrap();
+    assert_eq!((oldest.token, oldest.base, oldest.shift), (42, 64, 0));
+    let nodes = xa.node_count();
+    assert!(xa.delete_listed(&oldest));
+    assert!(!xa.delete_listed(&oldest), "a node is deleted once");
+    assert!(list.is_empty());
+    // The leaf is freed, and the root, left with leaf 0 alone, collapses onto it.
+    assert_eq!((nodes, xa.node_count()), (3, 1));
+    let g = rcu::pin();
+    assert_eq!(xa.load(64, &g), None);
+    assert_eq!(xa.load(65, &g), None);
+    assert_eq!(
+        xa.load(2, &g),
+        Some(Entry::Value(2)),
+        "other leaves keep theirs"
+    );
+    drop(g);
+    xa.check().unwrap();
+    // A stale description (the node changed since it was listed) deletes nothing.
+    xa.store(3, Some(Entry::Value(3))).unwrap();
+    let listed = list.rotate_oldest().unwrap();
+    xa.store(5, Some(Entry::Pointer(Arc::new(5)))).unwrap();
+    assert!(!xa.delete_listed(&listed));
+    xa.check().unwrap();
+}

@@ -73,9 +73,11 @@
 //! Every walk from the head counts [`Event::XaWalks`]; node allocations and frees count
 //! [`Event::XaNodeAllocs`] and [`Event::XaNodeFrees`].
 
+mod nodelist;
 mod read;
 mod write;
 
+pub use nodelist::{ListedNode, NodeList};
 pub use read::{Cursor, Iter};
 pub use write::{NodeReserve, XaLock, XaState};
 
@@ -83,7 +85,7 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::ops::{ControlFlow, Deref};
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU32 as PlainU32, AtomicUsize as PlainUsize};
+use std::sync::atomic::{AtomicBool as PlainBool, AtomicU8 as PlainU8, AtomicUsize as PlainUsize};
 use std::sync::Arc;
 
 use crate::stats::{self, Event};
@@ -250,19 +252,43 @@ pub(crate) struct Node {
     /// The shift of this node's slots; fixed before the node is published.
     shift: u8,
     /// Non-empty slots (entries, siblings and children). Read and written only under the lock.
-    count: PlainU32,
+    count: PlainU8,
+    /// Slots holding a value entry or a sibling of one (under the lock): the node holds only
+    /// values when `count == nr_values > 0`.
+    nr_values: PlainU8,
+    /// Whether the node is on its array's [`NodeList`] (changed under the array's lock and the
+    /// list's lock; read under either).
+    listed: PlainBool,
+    /// The first index the node covers; fixed for the node's life (a node's range never
+    /// changes: growing and shrinking the tree adds and removes levels above and below it).
+    base: u64,
     slots: [AtomicUsize; CHUNK],
     /// One bit per slot for each mark.
     marks: [AtomicU64; NR_MARKS],
+    /// Links of the [`NodeList`] (node addresses, 0 for none), under the list's lock.
+    list_prev: PlainUsize,
+    list_next: PlainUsize,
+    /// The array's token on its [`NodeList`] (set while listed).
+    list_token: PlainUsize,
 }
 
+// The shadow-memory bound the page cache states assumes nodes of nine cache lines.
+#[cfg(not(loom))]
+const _: () = assert!(std::mem::size_of::<Node>() == 576);
+
 impl Node {
-    fn new(shift: u32) -> Node {
+    fn new(shift: u32, base: u64) -> Node {
         Node {
             shift: shift as u8,
-            count: PlainU32::new(0),
+            count: PlainU8::new(0),
+            nr_values: PlainU8::new(0),
+            listed: PlainBool::new(false),
+            base,
             slots: std::array::from_fn(|_| AtomicUsize::new(0)),
             marks: std::array::from_fn(|_| AtomicU64::new(0)),
+            list_prev: PlainUsize::new(0),
+            list_next: PlainUsize::new(0),
+            list_token: PlainUsize::new(0),
         }
     }
 
@@ -283,12 +309,31 @@ impl Node {
 
     #[inline]
     fn count(&self) -> u32 {
-        self.count.load(Ordering::Relaxed)
+        u32::from(self.count.load(Ordering::Relaxed))
     }
 
     #[inline]
     fn set_count(&self, n: u32) {
-        self.count.store(n, Ordering::Relaxed);
+        debug_assert!(n as usize <= CHUNK);
+        self.count.store(n as u8, Ordering::Relaxed);
+    }
+
+    #[inline]
+    fn values(&self) -> u32 {
+        u32::from(self.nr_values.load(Ordering::Relaxed))
+    }
+
+    #[inline]
+    fn set_values(&self, n: u32) {
+        debug_assert!(n as usize <= CHUNK);
+        self.nr_values.store(n as u8, Ordering::Relaxed);
+    }
+
+    /// Whether every used slot holds a value entry or a sibling of one (and some slot is used).
+    #[inline]
+    fn values_only(&self) -> bool {
+        let c = self.count();
+        c > 0 && c == self.values()
     }
 
     /// The marks of slot `off` as a 3-bit set.
@@ -830,6 +875,8 @@ pub struct XArray<P: XaPointer> {
     lock: Mutex<()>,
     /// Nodes linked into this tree (for tests: the tree shrinks back).
     nodes: PlainUsize,
+    /// Where value-only nodes are listed, and this array's token there.
+    list: Option<(Arc<NodeList>, usize)>,
     _owns: PhantomData<P>,
 }
 
@@ -863,9 +910,21 @@ impl<P: XaPointer> XArray<P> {
             head_marks: AtomicU32::new(0),
             lock: Mutex::new(()),
             nodes: PlainUsize::new(0),
+            list: None,
             _owns: PhantomData,
         }
     }
+
+    /// An empty array that keeps its nodes holding only value entries on `list`, tagged with
+    /// `token` (see [`NodeList`]): the page cache's shadow nodes, for the workingset shrinker.
+    pub fn with_node_list(list: Arc<NodeList>, token: usize) -> XArray<P> {
+        let mut xa = XArray::new();
+        xa.list = Some((list, token));
+        xa
+    }
+
+    /// The bytes of heap one node takes (its allocation).
+    pub const NODE_BYTES: usize = std::mem::size_of::<Node>();
 
     /// Whether the array holds no entry.
     pub fn is_empty(&self) -> bool {
@@ -1149,24 +1208,30 @@ impl<P: XaPointer> Drop for XArray<P> {
     fn drop(&mut self) {
         // No reader can be inside: loads borrow the array for their guard's lifetime.
         let h = self.head.load(Ordering::Acquire);
+        let list = self.list.as_ref().map(|(l, _)| &**l);
         // SAFETY: the tree is exclusively ours; every node and pointer in it is freed once.
-        unsafe { free_tree_now::<P>(h) };
+        unsafe { free_tree_now::<P>(h, list) };
     }
 }
 
-/// Frees a tree (or a head entry) immediately.
+/// Frees a tree (or a head entry) immediately, taking its nodes off `list` first.
 ///
 /// # Safety
 ///
-/// Nobody else can reach anything in it.
-unsafe fn free_tree_now<P: XaPointer>(w: usize) {
+/// Nobody else can reach anything in it but through `list` (the array's own node list).
+unsafe fn free_tree_now<P: XaPointer>(w: usize, list: Option<&NodeList>) {
     if is_node(w) {
         let node = node_ptr(w);
         for off in 0..CHUNK {
             // SAFETY: the node is alive until freed below.
             let x = unsafe { (*node).slot(off) };
             // SAFETY: forwarded.
-            unsafe { free_tree_now::<P>(x) };
+            unsafe { free_tree_now::<P>(x, list) };
+        }
+        if let Some(list) = list {
+            // SAFETY: the array is being dropped by its owner, which stands for its lock; the
+            // node is alive.
+            unsafe { list.set_listed(node, false, 0) };
         }
         stats::count(Event::XaNodeFrees);
         // SAFETY: every node came from `Box::into_raw` and is freed once.

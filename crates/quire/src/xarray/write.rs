@@ -117,7 +117,7 @@ impl NodeReserve {
     pub fn new(n: usize) -> NodeReserve {
         stats::add(Event::XaNodeAllocs, n as u64);
         NodeReserve {
-            nodes: (0..n).map(|_| Box::new(Node::new(0))).collect(),
+            nodes: (0..n).map(|_| Box::new(Node::new(0, 0))).collect(),
         }
     }
 
@@ -131,9 +131,10 @@ impl NodeReserve {
         self.nodes.is_empty()
     }
 
-    fn take(&mut self, shift: u32) -> Box<Node> {
+    fn take(&mut self, shift: u32, base: u64) -> Box<Node> {
         let mut node = self.nodes.pop().expect("reserve sized by split_nodes");
         node.shift = shift as u8;
+        node.base = base;
         node
     }
 }
@@ -198,10 +199,10 @@ impl<'a, P: XaPointer> XaLock<'a, P> {
         }
     }
 
-    fn alloc_node(&self, shift: u32) -> *const Node {
+    fn alloc_node(&self, shift: u32, base: u64) -> *const Node {
         stats::count(Event::XaNodeAllocs);
         self.xa.nodes.fetch_add(1, Ordering::Relaxed);
-        Box::into_raw(Box::new(Node::new(shift)))
+        Box::into_raw(Box::new(Node::new(shift, base)))
     }
 
     fn adopt(&self, node: Box<Node>) -> *const Node {
@@ -209,8 +210,42 @@ impl<'a, P: XaPointer> XaLock<'a, P> {
         Box::into_raw(node)
     }
 
+    /// Puts a node on the array's [`NodeList`] or takes it off, as its contents say (the
+    /// kernel's `workingset_update_node`). Only takes the list's lock when that changes.
+    fn update_node(&self, p: *const Node) {
+        let Some((list, token)) = &self.xa.list else {
+            return;
+        };
+        // SAFETY: a node of this tree, under the lock.
+        let node = unsafe { nd(p) };
+        let want = node.values_only();
+        if want != node.listed.load(Ordering::Relaxed) {
+            // SAFETY: we hold the array's lock; the node is alive and ours.
+            unsafe { list.set_listed(p, want, *token) };
+        }
+    }
+
+    /// [`XaLock::update_node`] for every node on `path`.
+    fn update_path(&self, path: &Path) {
+        if self.xa.list.is_some() {
+            for &p in &path.nodes[..path.len] {
+                self.update_node(p);
+            }
+        }
+    }
+
     /// Hands an unlinked node to the epoch.
     fn retire_node(&mut self, p: *const Node) {
+        // A dead node holds nothing as far as the writer's counts go, so that no later update
+        // of a path it was on can list it again.
+        // SAFETY: unlinked but alive (freed by the epoch, after this lock hold).
+        let node = unsafe { nd(p) };
+        node.set_count(0);
+        node.set_values(0);
+        if let Some((list, _)) = &self.xa.list {
+            // SAFETY: we hold the array's lock; the node is alive until the epoch frees it.
+            unsafe { list.set_listed(p, false, 0) };
+        }
         stats::count(Event::XaNodeFrees);
         self.xa.nodes.fetch_sub(1, Ordering::Relaxed);
         self.generation += 1;
@@ -328,6 +363,9 @@ impl<'a, P: XaPointer> XaLock<'a, P> {
         }
         node.set_marks_at(c, 0);
         node.set_count(node.count() - ext as u32);
+        if is_value(w) {
+            node.set_values(node.values() - ext as u32);
+        }
         (w, bits)
     }
 
@@ -355,20 +393,22 @@ impl<'a, P: XaPointer> XaLock<'a, P> {
     fn expand(&mut self, s: u32, last: u64) -> *const Node {
         let mut h = self.head();
         if h == 0 {
-            let node = self.alloc_node(s.max(shift_for(last)));
+            let node = self.alloc_node(s.max(shift_for(last)), 0);
             self.set_head(mk_node(node));
             return node;
         }
         if !is_node(h) {
             // The entry of index 0 moves into a leaf.
-            let node = self.alloc_node(0);
+            let node = self.alloc_node(0, 0);
             // SAFETY: just allocated, not yet published.
             let n = unsafe { nd(node) };
             n.slots[0].store(h, Ordering::Relaxed);
             n.set_count(1);
+            n.set_values(u32::from(is_value(h)));
             n.set_marks_at(0, self.head_marks());
             h = mk_node(node);
             self.set_head(h);
+            self.update_node(node);
         }
         loop {
             // SAFETY: the root is linked.
@@ -376,7 +416,7 @@ impl<'a, P: XaPointer> XaLock<'a, P> {
             if root.shift() >= s && covers(root.shift(), last) {
                 return node_ptr(h);
             }
-            let node = self.alloc_node(root.shift() + CHUNK_SHIFT);
+            let node = self.alloc_node(root.shift() + CHUNK_SHIFT, 0);
             // SAFETY: just allocated, not yet published.
             let n = unsafe { nd(node) };
             n.slots[0].store(h, Ordering::Relaxed);
@@ -555,7 +595,10 @@ impl<'a, P: XaPointer> XaLock<'a, P> {
             if new == 0 {
                 break false;
             }
-            let child = self.alloc_node(node.shift() - CHUNK_SHIFT);
+            let child = self.alloc_node(
+                node.shift() - CHUNK_SHIFT,
+                node.base + ((off as u64) << node.shift()),
+            );
             node.set(off, mk_node(child));
             node.set_count(node.count() + 1);
             path.push(child);
@@ -589,6 +632,15 @@ impl<'a, P: XaPointer> XaLock<'a, P> {
                     }
                 }
             }
+            // Values (and their siblings) among the slots replaced. Every entry in the run lies
+            // wholly inside it (a larger one was dissolved above), so a sibling's canonical
+            // slot is in the run too.
+            let old_values = (0..n)
+                .filter(|&j| {
+                    let w = old[j];
+                    is_value(w) || (is_sibling(w) && is_value(old[sibling_offset(w) - o]))
+                })
+                .count() as u32;
             if new != 0 {
                 node.set(o, new);
                 let sib = mk_sibling(o);
@@ -606,6 +658,8 @@ impl<'a, P: XaPointer> XaLock<'a, P> {
             node.set_marks_range(range_mask, o, if new != 0 { union } else { 0 });
             let added = if new != 0 { n as u32 } else { 0 };
             node.set_count(node.count() - used + added);
+            let new_values = if is_value(new) { n as u32 } else { 0 };
+            node.set_values(node.values() - old_values + new_values);
             if used > added {
                 removed = true;
             }
@@ -622,6 +676,7 @@ impl<'a, P: XaPointer> XaLock<'a, P> {
         } else {
             self.propagate(path, start);
         }
+        self.update_path(path);
         first
     }
 
@@ -718,9 +773,10 @@ impl<'a, P: XaPointer> XaLock<'a, P> {
         }
         let mut built = [ptr::null::<Node>(); CHUNK];
         let mut used_original = false;
-        for b in built.iter_mut().take(n) {
+        for (j, b) in built.iter_mut().enumerate().take(n) {
             *b = self.build_split(
                 top - CHUNK_SHIFT,
+                node.base + (((c + j) as u64) << top),
                 s,
                 order,
                 word,
@@ -738,6 +794,11 @@ impl<'a, P: XaPointer> XaLock<'a, P> {
         for j in (0..n).rev() {
             node.set(c + j, mk_node(built[j]));
         }
+        // The run of value slots became children.
+        if is_value(word) {
+            node.set_values(node.values() - n as u32);
+        }
+        self.update_node(node_p);
         // A root whose only slot 0 became a node shrinks.
         self.shrink();
     }
@@ -747,6 +808,7 @@ impl<'a, P: XaPointer> XaLock<'a, P> {
     fn build_split(
         &mut self,
         shift: u32,
+        base: u64,
         s: u32,
         order: u32,
         word: usize,
@@ -755,7 +817,7 @@ impl<'a, P: XaPointer> XaLock<'a, P> {
         dup: &dyn Fn(usize) -> usize,
         used_original: &mut bool,
     ) -> *const Node {
-        let p = self.adopt(reserve.take(shift));
+        let p = self.adopt(reserve.take(shift, base));
         // SAFETY: ours, not yet published.
         let node = unsafe { nd(p) };
         if shift == s {
@@ -775,6 +837,7 @@ impl<'a, P: XaPointer> XaLock<'a, P> {
             for j in 0..CHUNK {
                 let child = self.build_split(
                     shift - CHUNK_SHIFT,
+                    base + ((j as u64) << shift),
                     s,
                     order,
                     word,
@@ -788,6 +851,10 @@ impl<'a, P: XaPointer> XaLock<'a, P> {
             }
         }
         node.set_count(CHUNK as u32);
+        if shift == s && is_value(word) {
+            node.set_values(CHUNK as u32);
+        }
+        self.update_node(p);
         p
     }
 
@@ -1006,6 +1073,45 @@ impl<'a, P: XaPointer> XaLock<'a, P> {
         self.get_mark_at(&path, index, mark)
     }
 
+    /// See [`XArray::delete_listed`].
+    pub fn delete_listed(&mut self, n: &ListedNode) -> bool {
+        let h = self.head();
+        if !is_node(h) {
+            return false;
+        }
+        let mut path = self.walk(n.base, n.shift);
+        if path.len == 0 || path.last() as usize != n.addr {
+            return false;
+        }
+        let p = path.last();
+        // SAFETY: on the path, under the lock.
+        let node = unsafe { nd(p) };
+        if node.shift() != n.shift || node.base != n.base || !node.values_only() {
+            return false;
+        }
+        path.pop();
+        let mut first = 0;
+        if path.len == 0 {
+            // The root: the whole tree holds only values.
+            self.set_head_marks(0);
+            self.set_head(0);
+            self.free_subtree(h, &mut first);
+        } else {
+            // SAFETY: on the path, under the lock.
+            let parent = unsafe { nd(path.last()) };
+            let off = offset(parent.shift(), n.base);
+            debug_assert_eq!(parent.slot(off), mk_node(p));
+            parent.set(off, 0);
+            parent.set_count(parent.count() - 1);
+            parent.set_marks_at(off, 0);
+            self.free_subtree(mk_node(p), &mut first);
+            self.delete_empty(&mut path, n.base);
+            self.update_path(&path);
+        }
+        self.retire_word(first);
+        true
+    }
+
     // ---- invariants ----
 
     /// See [`XArray::check`].
@@ -1042,7 +1148,33 @@ impl<'a, P: XaPointer> XaLock<'a, P> {
                 "{nodes} nodes linked but node_count says {counted}"
             ));
         }
+        if let Some((list, token)) = &self.xa.list {
+            // A list only this array uses holds exactly its listed nodes.
+            let tokens = list.tokens();
+            if tokens.iter().all(|t| t == token) {
+                let listed = self.count_listed(h);
+                if tokens.len() != listed || list.len() != listed {
+                    return Err(format!(
+                        "{listed} nodes listed but the list holds {} (len {})",
+                        tokens.len(),
+                        list.len()
+                    ));
+                }
+            }
+        }
         Ok(())
+    }
+
+    fn count_listed(&self, w: usize) -> usize {
+        if !is_node(w) {
+            return 0;
+        }
+        // SAFETY: linked, under the lock.
+        let node = unsafe { nd(node_ptr(w)) };
+        let own = usize::from(node.listed.load(Ordering::Relaxed));
+        own + (0..CHUNK)
+            .map(|j| self.count_listed(node.slot(j)))
+            .sum::<usize>()
     }
 
     fn check_node(&self, p: *const Node, base: u64, nodes: &mut usize) -> Result<(), String> {
@@ -1053,7 +1185,14 @@ impl<'a, P: XaPointer> XaLock<'a, P> {
         if shift % CHUNK_SHIFT != 0 {
             return Err(format!("node at {base:#x} has shift {shift}"));
         }
+        if node.base != base {
+            return Err(format!(
+                "node at {base:#x} says its base is {:#x}",
+                node.base
+            ));
+        }
         let mut used = 0;
+        let mut values = 0;
         let mut j = 0;
         while j < CHUNK {
             let w = node.slot(j);
@@ -1110,7 +1249,34 @@ impl<'a, P: XaPointer> XaLock<'a, P> {
                 }
             }
             used += ext;
+            if is_value(w) {
+                values += ext;
+            }
             j += ext;
+        }
+        if values as u32 != node.values() {
+            return Err(format!(
+                "node at {base:#x}: nr_values {} but {values} value slots",
+                node.values()
+            ));
+        }
+        let listed = node.listed.load(Ordering::Relaxed);
+        match &self.xa.list {
+            Some((list, _)) => {
+                if listed != node.values_only() {
+                    return Err(format!(
+                        "node at {base:#x}: listed {listed} but holds only values: {}",
+                        node.values_only()
+                    ));
+                }
+                if listed != list.contains(p) {
+                    return Err(format!(
+                        "node at {base:#x}: listed flag disagrees with the list"
+                    ));
+                }
+            }
+            None if listed => return Err(format!("node at {base:#x}: listed without a list")),
+            None => {}
         }
         if used as u32 != node.count() {
             return Err(format!(
