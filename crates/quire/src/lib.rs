@@ -11,6 +11,7 @@
 //! | [`xarray`] | `lib/xarray.c` | the multi-order radix tree indexing every cached file |
 //! | [`dcache`] | `fs/dcache.c`, `fs/namei.c` | the dentry cache over a real directory tree |
 //! | [`filemap`] | `mm/filemap.c`, `mm/readahead.c`, `lib/errseq.c` | cached files: read, write, readahead, write-back |
+//! | [`vmscan`] | `mm/vmscan.c`, `mm/swap.c`, `mm/workingset.c` | LRU lists, reclaim, kswapd, refault detection |
 //! | [`mem`] | page allocator, `struct folio` | the frame pool, buddy allocator and folios |
 //! | [`store`] | the block layer below a file system | backing stores |
 //! | [`stats`] | `/proc/vmstat` | event counters |
@@ -23,4 +24,5 @@ pub mod mem;
 pub mod stats;
 pub mod store;
 pub mod sync;
+pub mod vmscan;
 pub mod xarray;

@@ -73,12 +73,38 @@ events! {
     DirtyTests => "dirty_tests",
     /// A folio was written back to its store.
     Writeback => "writeback",
-    /// A folio was evicted, leaving a shadow entry.
+    /// Pages evicted, leaving a shadow entry.
     Evictions => "evictions",
-    /// A folio was read again after eviction (its shadow entry was found).
-    Refaults => "refaults",
-    /// A folio was moved to the active list.
-    Activations => "activations",
+    /// Pages read again after eviction (their shadow entry was found): the kernel's
+    /// `workingset_refault_file`.
+    WorkingsetRefault => "workingset_refault",
+    /// Refaulting pages judged part of the working set by their refault distance, and
+    /// activated at once.
+    WorkingsetActivate => "workingset_activate",
+    /// Refaulting pages that had been in the working set (active) before they were evicted.
+    WorkingsetRestore => "workingset_restore",
+    /// Shadow nodes (index nodes holding only shadow entries) freed by the shadow shrinker.
+    WorkingsetNodereclaim => "workingset_nodereclaim",
+    /// Pages moved to an active list.
+    PgActivate => "pgactivate",
+    /// Pages moved from an active list to an inactive one.
+    PgDeactivate => "pgdeactivate",
+    /// Pages rotated to the inactive tail when their write-back ended, to be reclaimed next.
+    PgRotated => "pgrotated",
+    /// Pages looked at by reclaim on an inactive list.
+    PgScan => "pgscan",
+    /// Pages reclaimed.
+    PgSteal => "pgsteal",
+    /// Allocations that reclaimed memory themselves (below the min watermark): the kernel's
+    /// `allocstall`.
+    DirectReclaims => "direct_reclaims",
+    /// Times the background reclaim thread was woken.
+    KswapdWakeups => "kswapd_wakeups",
+    /// A per-thread batch of LRU operations (additions, activations, rotations) was drained
+    /// under the LRU lock.
+    LruBatchDrains => "lru_batch_drains",
+    /// Folios allocated for the page cache.
+    FolioAllocs => "folio_allocs",
 }
 
 const NR_EVENTS: usize = Event::ALL.len();
@@ -155,6 +181,58 @@ pub fn read(event: Event) -> u64 {
         .fold(LATE.counts[e].load(Ordering::Relaxed), u64::wrapping_add)
 }
 
+/// Counters of one object (a page cache), beside the global ones: what a test of that object can
+/// count exactly while other tests run. Every [`Counters::add`] also adds to the global counter.
+/// Meant for events off the hot paths (reclaim, refaults, batch drains): each is one shared
+/// relaxed `fetch_add`.
+pub struct Counters {
+    counts: [AtomicU64; NR_EVENTS],
+}
+
+impl Default for Counters {
+    fn default() -> Self {
+        Counters {
+            counts: [const { AtomicU64::new(0) }; NR_EVENTS],
+        }
+    }
+}
+
+impl Counters {
+    /// Adds `n` to `event`, here and globally.
+    #[inline]
+    pub fn add(&self, event: Event, n: u64) {
+        self.counts[event as usize].fetch_add(n, Ordering::Relaxed);
+        add(event, n);
+    }
+
+    /// Adds one to `event`, here and globally.
+    #[inline]
+    pub fn count(&self, event: Event) {
+        self.add(event, 1);
+    }
+
+    /// One of this object's counters.
+    #[inline]
+    pub fn get(&self, event: Event) -> u64 {
+        self.counts[event as usize].load(Ordering::Relaxed)
+    }
+
+    /// This object's counters now.
+    pub fn snapshot(&self) -> Snapshot {
+        let mut counts = [0; NR_EVENTS];
+        for (c, a) in counts.iter_mut().zip(&self.counts) {
+            *c = a.load(Ordering::Relaxed);
+        }
+        Snapshot { counts }
+    }
+}
+
+impl fmt::Debug for Counters {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.snapshot().fmt(f)
+    }
+}
+
 /// The value of every counter at one moment (each read individually, like /proc/vmstat).
 #[derive(Clone, PartialEq, Eq)]
 pub struct Snapshot {
@@ -217,15 +295,26 @@ mod tests {
             for _ in 0..4 {
                 s.spawn(|| {
                     for _ in 0..1000 {
-                        count(Event::Activations);
+                        count(Event::PgActivate);
                     }
-                    add(Event::Activations, 5);
+                    add(Event::PgActivate, 5);
                 });
             }
         });
         let d = Snapshot::take().since(&before);
         // Other tests may count too, but never decrement.
-        assert!(d.get(Event::Activations) >= 4 * 1005);
+        assert!(d.get(Event::PgActivate) >= 4 * 1005);
+    }
+
+    #[test]
+    fn object_counters_count_here_and_globally() {
+        let c = Counters::default();
+        let before = Snapshot::take();
+        c.add(Event::PgSteal, 3);
+        c.count(Event::PgSteal);
+        assert_eq!(c.snapshot().get(Event::PgSteal), 4);
+        assert_eq!(c.snapshot().get(Event::PgScan), 0);
+        assert!(Snapshot::take().since(&before).get(Event::PgSteal) >= 4);
     }
 
     #[test]

@@ -424,12 +424,12 @@ fn evictions_leave_shadows_that_count_refaults() {
     assert_eq!(f.cached_frames(), 0);
     assert_eq!(cache.stats().cached_frames, 0);
     assert!(stats::read(Event::Evictions) > evictions);
-    let refaults = stats::read(Event::Refaults);
+    let refaults = stats::read(Event::WorkingsetRefault);
     let mut b = vec![0u8; PAGE];
     f.read_at(7 * PAGE as u64, &mut b).unwrap();
     same(&b[..], &data[7 * PAGE..8 * PAGE], "bytes");
     assert!(
-        stats::read(Event::Refaults) > refaults,
+        stats::read(Event::WorkingsetRefault) > refaults,
         "a read over a shadow entry is a refault"
     );
     same(&read_all(&f), &data, "bytes");

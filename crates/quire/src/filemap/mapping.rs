@@ -3,17 +3,16 @@
 //! `reclaim.rs`; the rules they share are in the [module documentation](super).
 
 use std::ptr::{self, NonNull};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Instant;
 
 use super::readahead::{folio_orders, RaWindow, Readahead};
-use super::{
-    check_range, errno_of, reclaim, Cache, FilemapError, FolioPtr, Result, DIRTY_MARK, PAGE_SIZE,
-};
+use super::{check_range, errno_of, Cache, FilemapError, FolioPtr, Result, DIRTY_MARK, PAGE_SIZE};
 use crate::filemap::errseq::ErrSeq;
 use crate::mem::folio::{
-    Folio, FolioGuard, FolioRef, DIRTY, FRAME_SHIFT, READAHEAD, REFERENCED, UPTODATE, WRITEBACK,
+    Folio, FolioGuard, FolioRef, FrozenFolio, ACTIVE, DIRTY, FRAME_SHIFT, READAHEAD, REFERENCED,
+    UPTODATE, WORKINGSET, WRITEBACK,
 };
 use crate::mem::pool::FramePool;
 use crate::stats::{count, Event};
@@ -21,9 +20,6 @@ use crate::store::{Op, Store, StoreError};
 use crate::sync::bitwait::WaitPolicy;
 use crate::sync::rcu;
 use crate::xarray::{Entry, XArray, XaError};
-
-/// The largest value a shadow entry holds.
-const SHADOW_MASK: u64 = (1 << 62) - 1;
 
 pub(crate) struct Mapping {
     pub(crate) id: usize,
@@ -49,7 +45,19 @@ pub(crate) struct Mapping {
     /// even while a background thread (the flusher, reclaim, a readahead job) still holds an
     /// `Arc` of it for a moment.
     pub(crate) handles: AtomicUsize,
+    /// The errno of the last write-back of this file if it failed, 0 if it succeeded: while
+    /// it is set and the cache's dirty memory is at its limit, writes to the file are refused
+    /// ([`FilemapError::DirtyLimit`]).
+    pub(crate) wb_failing: AtomicI32,
     this: Weak<Mapping>,
+}
+
+/// How [`Mapping::remove_folio`] puts the index's reference.
+pub(crate) enum IndexRef<'f, 'g, 'p> {
+    /// Drop it (the caller holds another reference: its guard).
+    Put,
+    /// The folio is frozen by the caller: the reference is given up in the freeze.
+    Frozen(&'f mut FrozenFolio<'g, 'p>),
 }
 
 /// A locked folio handed to a readahead thread.
@@ -106,11 +114,12 @@ impl Mapping {
         store: Box<dyn Store>,
         size: u64,
     ) -> Arc<Mapping> {
+        let pages = XArray::with_node_list(cache.vm.shadow_nodes().clone(), id);
         Arc::new_cyclic(|this| Mapping {
             id,
             cache,
             store,
-            pages: XArray::new(),
+            pages,
             size: AtomicU64::new(size),
             errseq: ErrSeq::new(),
             invalidate_lock: RwLock::new(()),
@@ -118,6 +127,7 @@ impl Mapping {
             nr_frames: AtomicUsize::new(0),
             dirtied_at: Mutex::new(None),
             handles: AtomicUsize::new(0),
+            wb_failing: AtomicI32::new(0),
             this: this.clone(),
         })
     }
@@ -195,15 +205,15 @@ impl Mapping {
     /// date) into the index, and returns it. `None` if something is already there (or, when
     /// `must` is false, if memory is short).
     fn insert_new(&self, index: u64, order: u32, must: bool) -> Result<Option<FolioGuard<'_>>> {
-        let Some(folio) = reclaim::alloc(&self.cache, order, must)? else {
+        let Some(folio) = self.cache.alloc(order, must)? else {
             return Ok(None);
         };
         let order = folio.order();
         debug_assert_eq!(index % (1u64 << order), 0);
-        folio.set_mapping(self.id);
         folio.set_index(index);
         let for_index = folio.clone().into_raw();
         let g = folio.lock_with(self.policy());
+        g.set_mapping(self.id);
         match self.pages.add_with(
             self.cache.config.add_walks,
             index,
@@ -211,19 +221,21 @@ impl Mapping {
             Entry::Pointer(FolioPtr(for_index)),
         ) {
             Ok(shadow) => {
-                if shadow.is_some() {
-                    count(Event::Refaults);
+                if let Some(shadow) = shadow {
+                    // Decides, before the folio reaches a list, whether it goes on the active one.
+                    self.cache.vm.workingset_refault(&g, shadow);
                 }
-                g.set_lru();
                 let frames = 1usize << order;
                 self.nr_frames.fetch_add(frames, Ordering::Relaxed);
                 self.cache.cached.fetch_add(frames, Ordering::Relaxed);
+                self.cache.vm.lru_add(self.pool(), &g);
                 Ok(Some(g))
             }
             Err(rejected) => {
                 // SAFETY: the index did not take the reference we made for it; it is ours.
                 drop(unsafe { self.pool().ref_from_raw(for_index) });
                 g.set_mapping(0);
+                self.cache.vm.lru_del(self.pool(), &g);
                 drop(g);
                 match rejected.error {
                     XaError::Exists { .. } => Ok(None),
@@ -233,25 +245,50 @@ impl Mapping {
         }
     }
 
+    /// Takes the locked `folio` out of the index if its slot still holds it, leaving `with`
+    /// there (nothing, a shadow, or the copy that replaces it), and gives up the index's
+    /// reference as `index_ref` says. Then fixes the counts, sets the folio's `mapping` to 0
+    /// and takes it off its LRU list — in that order, which the LRU batches rely on (see
+    /// `vmscan/swap.rs`). Dirty state is the caller's business. Returns whether the folio was
+    /// there (if not, `with` is dropped). The kernel's `__filemap_remove_folio`.
+    #[doc(alias = "__filemap_remove_folio")]
+    pub(crate) fn remove_folio(
+        &self,
+        folio: &Folio,
+        with: Option<Entry<FolioPtr>>,
+        index_ref: IndexRef<'_, '_, '_>,
+    ) -> bool {
+        let index = folio.index();
+        let frames = folio.nr_frames();
+        let expected = Entry::Pointer(folio as *const Folio);
+        match self.pages.cmpxchg(index, Some(expected), with) {
+            Ok(Some(Entry::Pointer(old))) => drop(old),
+            Ok(_) => unreachable!("cmpxchg matched a pointer"),
+            Err(_) => return false,
+        }
+        match index_ref {
+            // SAFETY: the index owned one counted reference to this folio; it no longer holds
+            // the pointer, so the reference is ours to put (the caller's guard holds another).
+            IndexRef::Put => drop(unsafe { self.pool().ref_from_raw(NonNull::from(folio)) }),
+            // SAFETY: the index no longer holds the pointer; its reference ends in the freeze.
+            IndexRef::Frozen(frozen) => unsafe {
+                frozen.release_raw_refs(1);
+            },
+        }
+        self.nr_frames.fetch_sub(frames, Ordering::Relaxed);
+        self.cache.cached.fetch_sub(frames, Ordering::Relaxed);
+        folio.set_mapping(0);
+        self.cache.vm.lru_del(self.pool(), folio);
+        true
+    }
+
     /// Removes the locked folio from the index (it stays alive for whoever holds references),
     /// dropping its dirty state: its data is dead (truncation, or the file going away).
     pub(crate) fn delete_from_index(&self, g: &FolioGuard<'_>) {
-        let index = g.index();
-        let frames = g.nr_frames();
         if g.clear_dirty() {
-            self.cache.dirty.fetch_sub(frames, Ordering::Relaxed);
+            self.cache.dirty.fetch_sub(g.nr_frames(), Ordering::Relaxed);
         }
-        let expected = Entry::Pointer(g.folio() as *const Folio);
-        if let Ok(Some(Entry::Pointer(retired))) = self.pages.cmpxchg(index, Some(expected), None) {
-            drop(retired);
-            // SAFETY: the index owned one counted reference to this folio; it no longer holds
-            // the pointer, so the reference is ours to put (the guard holds another).
-            drop(unsafe { self.pool().ref_from_raw(NonNull::from(g.folio())) });
-            g.clear_lru();
-            g.set_mapping(0);
-            self.nr_frames.fetch_sub(frames, Ordering::Relaxed);
-            self.cache.cached.fetch_sub(frames, Ordering::Relaxed);
-        }
+        self.remove_folio(g, None, IndexRef::Put);
     }
 
     // ---- reading -------------------------------------------------------------------------
@@ -286,17 +323,17 @@ impl Mapping {
         Ok(())
     }
 
-    /// Marks a folio as used, for reclaim's second chance.
+    /// Marks an access to a folio the caller holds (see `vmscan/swap.rs`).
     #[inline]
-    fn mark_accessed(folio: &Folio) {
-        if !folio.is_referenced() {
-            folio.set_referenced();
-        }
+    fn mark_accessed(&self, folio: &Folio) {
+        self.cache
+            .vm
+            .mark_accessed(self.pool(), folio, folio.flags());
     }
 
-    /// The up-to-date folio at `index`, reading (with readahead) on a miss.
     /// The up-to-date folio at `index`, reading (with readahead) on a miss; `None` if `index`
-    /// is past the end of the file (which may have been cut while we looked).
+    /// is past the end of the file (which may have been cut while we looked). The caller marks
+    /// the access.
     fn get_uptodate(&self, ra: &Readahead, index: u64, req: u64) -> Result<Option<FolioRef<'_>>> {
         loop {
             if let Some(f) = self.find_get(index) {
@@ -306,9 +343,6 @@ impl Mapping {
                 }
                 if flags & UPTODATE != 0 {
                     count(Event::PageCacheHits);
-                    if flags & REFERENCED == 0 {
-                        f.set_referenced();
-                    }
                     return Ok(Some(f));
                 }
                 // Being read by somebody (wait for the lock), or an earlier read failed.
@@ -317,7 +351,6 @@ impl Mapping {
                     continue;
                 }
                 self.read_into(&mut g)?;
-                Self::mark_accessed(&g);
                 return Ok(Some(g.unlock()));
             }
             if index >= self.size().div_ceil(PAGE_SIZE) {
@@ -423,6 +456,9 @@ impl Mapping {
         }
         let end = size.min(offset + buf.len() as u64);
         let last = (end - 1) >> FRAME_SHIFT;
+        // A read that continues in the folio the previous one ended in does not mark it again
+        // (the kernel's `filemap_read`): reading a large folio in small pieces is one use.
+        let prev = ra.last_read();
         let mut pos = offset;
         while pos < end {
             let index = pos >> FRAME_SHIFT;
@@ -430,6 +466,12 @@ impl Mapping {
                 // The file was cut under us: a short read up to where it was.
                 break;
             };
+            let first = f.index();
+            if pos != offset
+                || !prev.is_some_and(|p| p >= first && p - first < f.nr_frames() as u64)
+            {
+                self.mark_accessed(&f);
+            }
             let start = f.index() << FRAME_SHIFT;
             let bytes = f.bytes().expect("up to date");
             let off = (pos - start) as usize;
@@ -455,6 +497,7 @@ impl Mapping {
             return Err(past_end());
         }
         let f = self.get_uptodate(ra, index, 1)?.ok_or_else(past_end)?;
+        self.mark_accessed(&f);
         ra.note_read(index, index);
         Ok(f)
     }
@@ -506,7 +549,7 @@ impl Mapping {
             return Ok(Some(g));
         }
         let index = g.index();
-        let copy = reclaim::alloc(&self.cache, g.order(), true)?.expect("must allocate");
+        let copy = self.cache.alloc(g.order(), true)?.expect("must allocate");
         if copy.order() != g.order() {
             drop(copy);
             if self.modify_in_place(&mut g, &mut f) {
@@ -531,26 +574,31 @@ impl Mapping {
             f(dst);
         }
         ng.mark_uptodate();
-        let expected = Entry::Pointer(g.folio() as *const Folio);
-        match self.pages.cmpxchg(
-            index,
-            Some(expected),
-            Some(Entry::Pointer(FolioPtr(for_index))),
-        ) {
-            Ok(Some(Entry::Pointer(old))) => {
-                drop(old);
-                // SAFETY: the index's reference to the old folio is ours now.
-                drop(unsafe { self.pool().ref_from_raw(NonNull::from(g.folio())) });
-            }
-            other => unreachable!("a locked, mapped folio left its index: {other:?}"),
+        // The copy takes over the old folio's place on the lists (as migration does), before it
+        // is visible.
+        let lru_state = g.flags() & (ACTIVE | REFERENCED | WORKINGSET);
+        if lru_state & ACTIVE != 0 {
+            ng.set_active();
         }
+        if lru_state & REFERENCED != 0 {
+            ng.set_referenced();
+        }
+        if lru_state & WORKINGSET != 0 {
+            ng.set_workingset();
+        }
+        // The copy replaces the folio in one step: a reader finds one or the other.
+        let replaced =
+            self.remove_folio(&g, Some(Entry::Pointer(FolioPtr(for_index))), IndexRef::Put);
+        assert!(replaced, "a locked, mapped folio left its index");
+        // `remove_folio` took the old folio's frames off the counts; the copy has as many.
+        let frames = ng.nr_frames();
+        self.nr_frames.fetch_add(frames, Ordering::Relaxed);
+        self.cache.cached.fetch_add(frames, Ordering::Relaxed);
         // The copy takes over the old folio's dirty state (the index's marks moved with it).
         if g.clear_dirty() {
             ng.set_dirty();
         }
-        g.clear_lru();
-        g.set_mapping(0);
-        ng.set_lru();
+        self.cache.vm.lru_add(self.pool(), &ng);
         Ok(Some(ng))
     }
 
@@ -595,7 +643,6 @@ impl Mapping {
             let _inv = self.invalidate_lock.read().unwrap();
             self.write_pages(offset, data, &mut pos, end)
         };
-        super::writeback::balance_dirty(&self.cache);
         match result {
             Ok(()) => Ok(data.len()),
             Err(_) if pos > offset => Ok((pos - offset) as usize),
@@ -605,6 +652,9 @@ impl Mapping {
 
     fn write_pages(&self, offset: u64, data: &[u8], pos: &mut u64, end: u64) -> Result<()> {
         while *pos < end {
+            // Throttled before each folio it dirties, holding the invalidate lock as the kernel
+            // holds `i_rwsem` (the flusher does not need it).
+            self.balance_dirty()?;
             let index = *pos >> FRAME_SHIFT;
             let mut g = self.lock_for_write(index, *pos, end)?;
             // Stable pages: the bytes under write-back must not change.
@@ -628,7 +678,7 @@ impl Mapping {
                 g.bytes_mut().expect("not up to date")[off..off + n].copy_from_slice(src);
                 g.mark_uptodate();
             }
-            Self::mark_accessed(&g);
+            self.mark_accessed(&g);
             self.mark_dirty(&g);
             *pos += n as u64;
             self.size.fetch_max(*pos, Ordering::AcqRel);
@@ -727,68 +777,46 @@ impl Mapping {
             let Some(mut frozen) = (unsafe { g.freeze(1) }) else {
                 continue;
             };
-            if frozen.folio().flags() & (DIRTY | WRITEBACK) != 0 {
+            let folio = frozen.folio();
+            if folio.flags() & (DIRTY | WRITEBACK) != 0 {
                 // Made dirty again by a failed write-back that ended meanwhile: keep it.
                 continue;
             }
-            let expected = Entry::Pointer(frozen.folio() as *const Folio);
-            if let Ok(Some(Entry::Pointer(old))) = self.pages.cmpxchg(index, Some(expected), None) {
-                drop(old);
-                // SAFETY: the index no longer holds the pointer; its reference ends here.
-                unsafe { frozen.release_raw_refs(1) };
-                drop(frozen);
-                g.clear_lru();
-                g.set_mapping(0);
-                self.nr_frames.fetch_sub(frames, Ordering::Relaxed);
-                self.cache.cached.fetch_sub(frames, Ordering::Relaxed);
+            if self.remove_folio(folio, None, IndexRef::Frozen(&mut frozen)) {
                 freed += frames;
             }
         }
         freed
     }
 
-    /// Replaces the locked, clean, mapped folio `g` by a shadow entry, if nobody but the index
-    /// holds it; returns the frames freed (0 if it could not).
-    pub(crate) fn evict(&self, mut g: FolioGuard<'_>) -> usize {
-        let index = g.index();
-        let frames = g.nr_frames();
-        if g.is_dirty() || g.is_writeback() {
-            return 0;
+    /// Replaces the locked folio `g` by the shadow entry `shadow` computes, if it is still
+    /// this mapping's, clean, not under write-back, and held by nobody but the index and `g`;
+    /// returns whether it did (reclaim's eviction, the kernel's `__remove_mapping`).
+    pub(crate) fn evict(
+        &self,
+        g: &mut FolioGuard<'_>,
+        shadow: &mut dyn FnMut(&Folio) -> u64,
+    ) -> bool {
+        if !self.still_mapped(g, g.index()) || g.is_dirty() || g.is_writeback() {
+            return false;
         }
-        // SAFETY: mapped (checked by the caller under the lock), so the index owns one raw
-        // reference; nobody uses it during the freeze.
+        // SAFETY: mapped (checked just now under the lock, and only a lock holder removes it),
+        // so the index owns one raw reference; nobody uses it during the freeze.
         let Some(mut frozen) = (unsafe { g.freeze(1) }) else {
-            return 0;
+            return false;
         };
+        let folio = frozen.folio();
         // Test again now that nobody else holds it: a write-back that failed after the test
         // above made it dirty again before putting its reference, which the freeze saw.
-        if frozen.folio().flags() & (DIRTY | WRITEBACK) != 0 {
-            return 0;
+        if folio.flags() & (DIRTY | WRITEBACK) != 0 {
+            return false;
         }
-        let shadow = self
-            .cache
-            .evictions
-            .fetch_add(frames as u64, Ordering::Relaxed)
-            & SHADOW_MASK;
-        let expected = Entry::Pointer(frozen.folio() as *const Folio);
-        match self
-            .pages
-            .cmpxchg(index, Some(expected), Some(Entry::Value(shadow)))
-        {
-            Ok(Some(Entry::Pointer(old))) => {
-                drop(old);
-                // SAFETY: the index no longer holds the pointer; its reference ends here.
-                unsafe { frozen.release_raw_refs(1) };
-            }
-            _ => return 0,
-        }
-        drop(frozen);
-        g.clear_lru();
-        g.set_mapping(0);
-        self.nr_frames.fetch_sub(frames, Ordering::Relaxed);
-        self.cache.cached.fetch_sub(frames, Ordering::Relaxed);
-        count(Event::Evictions);
-        frames
+        let value = shadow(folio);
+        self.remove_folio(
+            folio,
+            Some(Entry::Value(value)),
+            IndexRef::Frozen(&mut frozen),
+        )
     }
 
     /// Records a write-back failure for every handle's next `fsync`.

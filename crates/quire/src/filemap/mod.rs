@@ -45,32 +45,38 @@
 //!
 //! # The budget
 //!
-//! Frames never exceed the pool. When an allocation fails, reclaim sweeps a clock over the
-//! memmap: a folio of a mapping that was referenced since the last sweep gets a second chance;
-//! otherwise, if it is unlocked, clean (dirty ones are written back first), not under write-back
-//! and referenced by nobody but the index, its slot is replaced by a shadow entry holding the
-//! cache's eviction counter, and its frames go back to the allocator. A later insert over the
-//! shadow is counted as a refault.
+//! Frames never exceed the pool. Reclaim is [`crate::vmscan`]'s: every folio in an index is on
+//! one of the cache's LRU lists; background reclaim keeps some frames free, and an evicted
+//! folio's slot keeps a shadow entry, so that a later insert over it is a *refault* whose
+//! distance tells whether the folio belongs to the working set. The cache is reclaim's
+//! [`Owners`](crate::vmscan): it evicts folios for it, deletes shadow nodes and wakes the
+//! flusher when reclaim meets dirty folios.
+//!
+//! A folio leaves its index in one place, [`Mapping::remove_folio`]: its slot gets the
+//! replacement (nothing, a shadow, or a copy), the index's reference is put, the counts are
+//! fixed, its `mapping` is set to 0 and it is taken off its LRU list, in that order (see
+//! `vmscan/swap.rs` for why).
 
 pub mod errseq;
 mod mapping;
 pub mod readahead;
-mod reclaim;
 mod workers;
 mod writeback;
 
 use std::collections::HashMap;
 use std::io;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use crate::mem::folio::{Folio, FolioRef, FRAME_SHIFT};
+use crate::mem::folio::{Folio, FolioGuard, FolioRef, FRAME_SHIFT};
 use crate::mem::pool::{FramePool, PoolError};
+use crate::stats::Snapshot;
 use crate::store::{Store, StoreError};
 use crate::sync::bitwait::WaitPolicy;
-use crate::xarray::{AddWalks, Mark, XaPointer};
+use crate::vmscan::{self, Lru, ReclaimPolicy, VmConfig, Vmscan, Watermarks, NR_LRU_LISTS};
+use crate::xarray::{AddWalks, ListedNode, Mark, XArray, XaPointer};
 
 pub use errseq::{ErrSeq, ErrSeqSince};
 use mapping::Mapping;
@@ -113,6 +119,15 @@ pub struct CacheConfig {
     /// How long an allocation may wait for reclaim to free memory before reporting
     /// [`FilemapError::NoMemory`] (every frame pinned by references or locks). Default 5 s.
     pub alloc_timeout: Duration,
+    /// Which reclaim runs: LRU lists with background reclaim (the default), or the clock it
+    /// replaced (for benchmarks).
+    pub reclaim: ReclaimPolicy,
+    /// Whether refaults may activate folios as part of the working set (default on; off counts
+    /// refaults only, for benchmarks).
+    pub workingset: bool,
+    /// Whether the shadow shrinker keeps the index nodes holding only shadow entries below
+    /// one per 16 frames of the budget (default on; off lets them grow, for benchmarks).
+    pub shadow_shrinker: bool,
 }
 
 impl CacheConfig {
@@ -130,6 +145,9 @@ impl CacheConfig {
             wait_policy: WaitPolicy::Exact,
             add_walks: AddWalks::Single,
             alloc_timeout: Duration::from_secs(5),
+            reclaim: ReclaimPolicy::Lru,
+            workingset: true,
+            shadow_shrinker: true,
         }
     }
 }
@@ -173,6 +191,15 @@ pub enum FilemapError {
         /// Frames in the cache.
         frames: usize,
     },
+    /// The cache's dirty memory is at its limit and the last write-back of this file failed:
+    /// the write is refused (nothing more of it is written) rather than let the file's
+    /// unwritable data fill the cache. Writes go through again once a write-back of the file
+    /// succeeds, or dirty memory falls below the limit.
+    #[error("dirty memory is at its limit and write-back of this file fails: {}", io::Error::from_raw_os_error(*errno))]
+    DirtyLimit {
+        /// The error of the file's last write-back (EIO for faults without one).
+        errno: i32,
+    },
 }
 
 impl FilemapError {
@@ -183,7 +210,9 @@ impl FilemapError {
                 io::ErrorKind::InvalidInput
             }
             FilemapError::Store(e) => e.kind(),
-            FilemapError::Writeback { errno } => io::Error::from_raw_os_error(*errno).kind(),
+            FilemapError::Writeback { errno } | FilemapError::DirtyLimit { errno } => {
+                io::Error::from_raw_os_error(*errno).kind()
+            }
             FilemapError::Pool(_) | FilemapError::NoMemory { .. } => io::ErrorKind::OutOfMemory,
             FilemapError::Threads(e) => e.kind(),
         }
@@ -239,8 +268,8 @@ unsafe impl XaPointer for FolioPtr {
     }
 }
 
-/// What the cache holds at one moment.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// What the cache holds at one moment, and what its reclaim has done so far.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CacheStats {
     /// Frames in the pool.
     pub frames: usize,
@@ -252,6 +281,31 @@ pub struct CacheStats {
     pub dirty_frames: usize,
     /// Files open (mappings alive).
     pub files: usize,
+    /// Frames on each LRU list, indexed by [`Lru`] (all zero under the clock policy).
+    pub lru_frames: [usize; NR_LRU_LISTS],
+    /// Index nodes of every open file, and the heap bytes they take (beside the budget).
+    pub index_nodes: usize,
+    /// `index_nodes` times the size of a node.
+    pub index_heap_bytes: usize,
+    /// Index nodes holding only shadow entries (on the shadow shrinker's list).
+    pub shadow_nodes: usize,
+    /// The most shadow nodes the shrinker keeps.
+    pub max_shadow_nodes: usize,
+    /// The workingset's non-resident age (frames evicted plus frames activated, ever).
+    pub nonresident_age: u64,
+    /// The free-frame watermarks background and direct reclaim work to.
+    pub watermarks: Watermarks,
+    /// This cache's counters since it was made: reclaim, refaults, batches
+    /// (`pgscan`, `pgsteal`, `workingset_refault`, ... as in `/proc/vmstat`). Events counted
+    /// only globally ([`crate::stats`]) read 0 here.
+    pub vmstat: Snapshot,
+}
+
+impl CacheStats {
+    /// Frames on one LRU list.
+    pub fn lru(&self, lru: Lru) -> usize {
+        self.lru_frames[lru as usize]
+    }
 }
 
 /// The shared state of a cache; mappings hold it alive.
@@ -265,9 +319,8 @@ pub(crate) struct Cache {
     cached: AtomicUsize,
     /// Frames of dirty folios.
     dirty: AtomicUsize,
-    /// Frames evicted so far: the clock that shadow entries record.
-    evictions: AtomicU64,
-    reclaim: Mutex<reclaim::Clock>,
+    /// Reclaim: the LRU lists, workingset, background reclaim.
+    vm: Vmscan,
     workers: workers::Workers,
 }
 
@@ -292,11 +345,56 @@ impl Cache {
     fn dirty_limit_frames(&self) -> usize {
         (self.config.dirty_limit >> FRAME_SHIFT).max(1)
     }
+
+    /// Allocates a folio of at most `order` for the page cache, reclaiming as the policy says;
+    /// see [`Vmscan::alloc`].
+    fn alloc(&self, order: u32, must: bool) -> Result<Option<FolioRef<'_>>> {
+        self.vm
+            .alloc(&self.pool, self, order, must)
+            .map_err(|vmscan::NoMemory| FilemapError::NoMemory {
+                frames: self.pool.nr_frames(),
+            })
+    }
+}
+
+impl vmscan::Owners for Cache {
+    fn evict(&self, g: &mut FolioGuard<'_>, shadow: &mut dyn FnMut(&Folio) -> u64) -> bool {
+        match self.mapping(g.mapping()) {
+            Some(m) => m.evict(g, shadow),
+            None => false,
+        }
+    }
+
+    fn write_back(&self, g: FolioGuard<'_>) {
+        if let Some(m) = self.mapping(g.mapping()) {
+            if m.still_mapped(&g, g.index()) {
+                let _ = m.write_folio(g);
+            }
+        }
+    }
+
+    fn wake_flusher(&self) {
+        self.workers.kick_for_reclaim();
+    }
+
+    fn delete_shadow_node(&self, n: &ListedNode) -> bool {
+        self.mapping(n.token)
+            .is_some_and(|m| m.pages.delete_listed(n))
+    }
+}
+
+impl vmscan::Balance for Cache {
+    fn kswapd_balance(&self, order: u32, stop: &dyn Fn() -> bool) -> bool {
+        self.vm.balance(&self.pool, self, order, stop)
+    }
 }
 
 impl Drop for Cache {
     fn drop(&mut self) {
+        self.vm.stop();
         self.workers.stop();
+        // Batched folios hold references, which must be put before the pool goes.
+        self.vm.drain_all(&self.pool);
     }
 }
 
@@ -324,21 +422,32 @@ impl PageCache {
             )));
         }
         let pool = FramePool::new(config.capacity)?;
+        let vm = Vmscan::new(VmConfig {
+            policy: config.reclaim,
+            workingset: config.workingset,
+            shadow_shrinker: config.shadow_shrinker,
+            frames: pool.nr_frames(),
+            wait_policy: config.wait_policy,
+            alloc_timeout: config.alloc_timeout,
+        });
         let cache = Arc::new(Cache {
             pool,
             files: Mutex::new(HashMap::new()),
             next_id: AtomicUsize::new(1),
             cached: AtomicUsize::new(0),
             dirty: AtomicUsize::new(0),
-            evictions: AtomicU64::new(0),
-            reclaim: Mutex::new(reclaim::Clock::default()),
+            vm,
             workers: workers::Workers::new(),
             config,
         });
-        cache
+        let started = cache
             .workers
             .spawn(Arc::downgrade(&cache), &cache.config)
-            .map_err(FilemapError::Threads)?;
+            .and_then(|()| {
+                let weak: Weak<Cache> = Arc::downgrade(&cache);
+                cache.vm.start_kswapd(weak)
+            });
+        started.map_err(FilemapError::Threads)?;
         Ok(PageCache { cache })
     }
 
@@ -370,17 +479,44 @@ impl PageCache {
         &self.cache.pool
     }
 
-    /// What the cache holds now.
+    /// What the cache holds now. First applies the folio batches waiting to be applied and
+    /// returns the allocator's per-thread caches to its free lists, so that the figures add up
+    /// (every cached folio on one list, freed frames counted free).
     pub fn stats(&self) -> CacheStats {
         let c = &self.cache;
+        c.vm.drain_all(&c.pool);
         c.pool.drain();
+        let mappings = c.mappings();
+        let index_nodes: usize = mappings.iter().map(|m| m.pages.node_count()).sum();
         CacheStats {
             frames: c.pool.nr_frames(),
             free_frames: c.pool.free_frames(),
             cached_frames: c.cached.load(Ordering::Relaxed),
             dirty_frames: c.dirty.load(Ordering::Relaxed),
-            files: c.mappings().len(),
+            files: mappings.len(),
+            lru_frames: c.vm.list_sizes(),
+            index_nodes,
+            index_heap_bytes: index_nodes * XArray::<FolioPtr>::NODE_BYTES,
+            shadow_nodes: c.vm.shadow_nodes().len(),
+            max_shadow_nodes: c.vm.max_shadow_nodes(),
+            nonresident_age: c.vm.nonresident_age(),
+            watermarks: c.vm.watermarks(),
+            vmstat: c.vm.counters.snapshot(),
         }
+    }
+
+    /// Checks the LRU lists against the indexes (for tests; stops the world for a moment by
+    /// holding the LRU lock): under the LRU policy every folio in an index is on exactly one
+    /// list and every listed folio is in an index, and the lists' frame counts add up to the
+    /// cached frames. Applies the waiting batches first. Folios that reclaim holds isolated
+    /// at the moment are allowed off the lists.
+    pub fn check_lru(&self) -> std::result::Result<(), String> {
+        let c = &self.cache;
+        c.vm.drain_all(&c.pool);
+        c.vm.check_lists(&c.pool, &|f: &Folio| {
+            c.mapping(f.mapping())
+                .is_some_and(|m| m.still_mapped(f, f.index()))
+        })
     }
 
     /// Writes back every dirty folio of every file and waits for it (like `sync(2)`); returns
@@ -395,10 +531,21 @@ impl PageCache {
         first.map_or(Ok(()), Err)
     }
 
-    /// Evicts clean folios until at least `frames` frames are free or nothing more can be
-    /// evicted; returns the frames freed. Dirty folios are written back first.
+    /// Runs reclaim in this thread until at least `frames` frames were freed or a round frees
+    /// nothing; returns the frames freed. Under the LRU policy dirty folios at the inactive
+    /// tail are left to the flusher (woken), so call [`PageCache::sync_all`] first to make
+    /// everything reclaimable; the clock policy writes them back itself.
     pub fn shrink(&self, frames: usize) -> usize {
-        reclaim::reclaim(&self.cache, frames)
+        let c = &self.cache;
+        let mut freed = 0;
+        while freed < frames {
+            let got = c.vm.try_to_free_pages(&c.pool, &**c, frames - freed);
+            if got == 0 {
+                break;
+            }
+            freed += got;
+        }
+        freed
     }
 }
 

@@ -183,6 +183,13 @@ impl Readahead {
         }
     }
 
+    /// The last index the handle read, if any (moved only by sequential reads and misses).
+    #[inline]
+    pub fn last_read(&self) -> Option<u64> {
+        let prev = self.prev.load(Ordering::Relaxed);
+        (prev != u64::MAX).then_some(prev)
+    }
+
     fn locked(&self) -> std::sync::MutexGuard<'_, RaState> {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let prev = self.prev.load(Ordering::Relaxed);

@@ -16,6 +16,8 @@ struct State {
     stop: bool,
     jobs: VecDeque<ReadJob>,
     kicked: bool,
+    /// Reclaim met dirty folios at the inactive tail: the next pass writes back every file.
+    for_reclaim: bool,
     /// Flusher passes completed.
     passes: u64,
 }
@@ -86,6 +88,18 @@ impl Workers {
         }
     }
 
+    /// Wakes the flusher to write back every file's dirty data: reclaim met dirty folios it
+    /// cannot evict (the kernel's `wakeup_flusher_threads(WB_REASON_VMSCAN)`).
+    pub(crate) fn kick_for_reclaim(&self) {
+        let mut st = self.shared.state.lock().unwrap();
+        st.for_reclaim = true;
+        if !st.kicked {
+            st.kicked = true;
+            drop(st);
+            self.shared.flush.notify_one();
+        }
+    }
+
     /// Waits until `ok()` holds or the flusher has completed two passes since the call (so a
     /// writer is paced by write-back but never waits forever, even when write-back fails).
     pub(crate) fn throttle(&self, ok: impl Fn() -> bool) {
@@ -114,7 +128,7 @@ impl Workers {
 
 fn flusher(cache: Weak<Cache>, shared: Arc<Shared>, interval: Duration) {
     loop {
-        {
+        let for_reclaim = {
             let mut st = shared.state.lock().unwrap();
             if !st.kicked && !st.stop {
                 st = shared.flush.wait_timeout(st, interval).unwrap().0;
@@ -123,7 +137,8 @@ fn flusher(cache: Weak<Cache>, shared: Arc<Shared>, interval: Duration) {
                 return;
             }
             st.kicked = false;
-        }
+            std::mem::take(&mut st.for_reclaim)
+        };
         let Some(cache) = cache.upgrade() else {
             // Gone (its drop also sets `stop`), or not finished being built yet.
             if shared.state.lock().unwrap().stop {
@@ -132,8 +147,8 @@ fn flusher(cache: Weak<Cache>, shared: Arc<Shared>, interval: Duration) {
             continue;
         };
         // A few passes in a row while they make progress above the threshold.
-        for _ in 0..8 {
-            let again = writeback::flush_pass(&cache);
+        for pass in 0..8 {
+            let again = writeback::flush_pass(&cache, for_reclaim && pass == 0);
             shared.state.lock().unwrap().passes += 1;
             shared.pass_done.notify_all();
             if !again {

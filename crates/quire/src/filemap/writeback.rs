@@ -15,7 +15,7 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use super::mapping::Mapping;
-use super::{Cache, Result, DIRTY_MARK, WRITEBACK_MARK};
+use super::{Cache, FilemapError, Result, DIRTY_MARK, WRITEBACK_MARK};
 use crate::mem::folio::{Folio, FolioGuard, FolioRef, FRAME_SHIFT};
 use crate::stats::{count, Event};
 use crate::xarray::Entry;
@@ -102,9 +102,14 @@ impl Mapping {
         let f = g.unlock();
         let result = self.write_out(&f);
         match &result {
-            Ok(()) => count(Event::Writeback),
+            Ok(()) => {
+                count(Event::Writeback);
+                self.wb_failing.store(0, Ordering::Relaxed);
+            }
             Err(e) => {
                 self.record_error(e);
+                self.wb_failing
+                    .store(i32::from(super::errno_of(e)), Ordering::Relaxed);
                 f.set_error();
                 // Keep the data: dirty again, before write-back ends (nobody removes a folio
                 // under write-back, and writers wait for it, so no lock is needed).
@@ -119,6 +124,11 @@ impl Mapping {
             }
         }
         self.set_mark_if_mapped(&f, index, WRITEBACK_MARK, false);
+        // Reclaim was waiting for this write-back: the folio goes to the inactive tail, to be
+        // reclaimed next (unless the write failed and it is dirty again).
+        if f.clear_reclaim() {
+            self.cache.vm.rotate_reclaimable(self.pool(), &f);
+        }
         f.end_writeback_with(policy);
         result.map_err(Into::into)
     }
@@ -173,29 +183,44 @@ impl Mapping {
     }
 }
 
-/// Called by writers after dirtying memory: wakes the flusher above the background threshold,
-/// and above the limit waits for it to make progress (a pass of write-back), so that dirty
-/// memory stays near the limit under any load.
-pub(crate) fn balance_dirty(cache: &Cache) {
-    let dirty = cache.dirty.load(Ordering::Relaxed);
-    if dirty <= cache.dirty_background_frames() {
-        return;
-    }
-    cache.workers.kick_flusher();
-    let limit = cache.dirty_limit_frames();
-    if dirty > limit {
+impl Mapping {
+    /// Called by writers before they dirty a folio (the kernel's `balance_dirty_pages`): wakes
+    /// the flusher above the background threshold; at the dirty limit, waits for it to make
+    /// progress (up to two passes of write-back). If dirty memory is still at the limit after
+    /// that and the last write-back of this file failed, the writer gets
+    /// [`FilemapError::DirtyLimit`] instead of dirtying more: data that cannot be written never
+    /// fills the cache, and clean reads of every file keep their memory. Writers of files that
+    /// write back fine go on after the wait, so a failing file's stuck data does not stop them.
+    #[doc(alias = "balance_dirty_pages")]
+    pub(crate) fn balance_dirty(&self) -> Result<()> {
+        let cache = &self.cache;
+        let dirty = cache.dirty.load(Ordering::Relaxed);
+        if dirty <= cache.dirty_background_frames() {
+            return Ok(());
+        }
+        cache.workers.kick_flusher();
+        let limit = cache.dirty_limit_frames();
+        if dirty < limit {
+            return Ok(());
+        }
         cache
             .workers
-            .throttle(|| cache.dirty.load(Ordering::Relaxed) <= limit);
+            .throttle(|| cache.dirty.load(Ordering::Relaxed) < limit);
+        let errno = self.wb_failing.load(Ordering::Relaxed);
+        if errno != 0 && cache.dirty.load(Ordering::Relaxed) >= limit {
+            return Err(FilemapError::DirtyLimit { errno });
+        }
+        Ok(())
     }
 }
 
 /// One pass of the flusher: writes back every file if dirty memory is above the background
-/// threshold, and otherwise the files whose dirty data has expired. Returns whether dirty memory
-/// is still above the threshold and the pass made progress (so another pass should follow).
-pub(crate) fn flush_pass(cache: &Cache) -> bool {
+/// threshold or reclaim asked (`all`), and otherwise the files whose dirty data has expired.
+/// Returns whether dirty memory is still above the threshold and the pass made progress (so
+/// another pass should follow).
+pub(crate) fn flush_pass(cache: &Cache, all: bool) -> bool {
     let before = cache.dirty.load(Ordering::Relaxed);
-    let over = before > cache.dirty_background_frames();
+    let over = all || before > cache.dirty_background_frames();
     let now = Instant::now();
     for m in cache.mappings() {
         if over || m.expired(now) {

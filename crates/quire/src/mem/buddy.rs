@@ -269,7 +269,9 @@ thread_local! {
 }
 static NEXT_THREAD: StdAtomicUsize = StdAtomicUsize::new(0);
 
-fn thread_number() -> usize {
+/// This thread's number, given round robin on first use: the shard index of per-thread caches
+/// (taken modulo the number of shards).
+pub(crate) fn thread_number() -> usize {
     MY_SHARD.with(|s| {
         let v = s.get();
         if v != usize::MAX {

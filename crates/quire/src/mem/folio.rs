@@ -32,7 +32,8 @@
 //! | 14 | [`RECLAIM`] | reclaim wants it: rotate it to the inactive tail when its write-back ends | reclaim / write-back end |
 //! | 15 | [`UNEVICTABLE`] | on the unevictable list: reclaim never takes it | its owner (mlock), under the LRU lock |
 //! | 16–19 | order ([`ORDER_SHIFT`]) | log2 of the folio's frame count, 0..=9 | allocation only |
-//! | 20–31 | — | reserved for `mem` | |
+//! | 20 | [`LRU_PENDING`] | queued in a batch to be added to an LRU list | its owner / the batch drain, under the LRU lock |
+//! | 21–31 | — | reserved for `mem` | |
 //! | 32–63 | — | free for upper layers (e.g. an LRU generation) | their owners, with RMW ops |
 //!
 //! State changes other than allocation and free are single read-modify-write operations on the
@@ -130,6 +131,8 @@ pub const HEAD: u64 = 1 << 13;
 pub const RECLAIM: u64 = 1 << 14;
 /// The folio may not be reclaimed (mlocked); it lives on the unevictable list.
 pub const UNEVICTABLE: u64 = 1 << 15;
+/// The folio waits in a batch to be added to an LRU list (see [`crate::vmscan`]).
+pub const LRU_PENDING: u64 = 1 << 20;
 /// Where the order is stored in the flag word.
 pub const ORDER_SHIFT: u32 = 16;
 /// The order's bits in the flag word.
@@ -284,6 +287,8 @@ impl Folio {
         RECLAIM: is_reclaim, set_reclaim, clear_reclaim;
         /// Whether the folio is unevictable.
         UNEVICTABLE: is_unevictable, set_unevictable, clear_unevictable;
+        /// Whether the folio waits in a batch to be added to an LRU list.
+        LRU_PENDING: is_lru_pending, set_lru_pending, clear_lru_pending;
     }
 
     // ---- reference count ----
@@ -870,10 +875,10 @@ pub struct FrozenFolio<'g, 'p> {
     restore: u32,
 }
 
-impl FrozenFolio<'_, '_> {
-    /// The descriptor.
+impl<'p> FrozenFolio<'_, 'p> {
+    /// The descriptor (which lives as long as the pool).
     #[inline]
-    pub fn folio(&self) -> &Folio {
+    pub fn folio(&self) -> &'p Folio {
         self.guard.folio
     }
 

@@ -1,0 +1,145 @@
+//! Background reclaim: one thread per cache (the kernel's `kswapd`), woken by allocations that
+//! find the free frames below the low watermark, reclaiming until they are above the high one.
+//!
+//! The thread holds only the shared wake-up state and a weak reference to whatever does the
+//! work ([`Balance`], the cache), so the cache goes away when its last user does; its drop
+//! calls [`Kswapd::stop`], which the thread sees at once when asleep, and between rounds of
+//! reclaim when awake (a round never waits for I/O: write-back is the flusher's).
+//!
+//! Waking costs an allocation one relaxed load while the thread is already awake.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, Weak};
+use std::time::Duration;
+
+use crate::stats::{Counters, Event};
+
+/// What the thread runs: a round of background reclaim for an allocation of `order`, stopping
+/// early when `stop()` turns true. Returns whether the free frames reached the high watermark.
+pub(crate) trait Balance: Send + Sync {
+    fn kswapd_balance(&self, order: u32, stop: &dyn Fn() -> bool) -> bool;
+}
+
+#[derive(Default)]
+struct State {
+    stop: bool,
+    /// A wake-up arrived since the thread last looked.
+    pending: bool,
+    /// The largest order asked for since then.
+    order: u32,
+}
+
+#[derive(Default)]
+struct Shared {
+    state: Mutex<State>,
+    wake: Condvar,
+    /// The thread is working (or about to): wakers need not take the lock.
+    awake: AtomicBool,
+    stopping: AtomicBool,
+}
+
+/// The handle on a cache's background reclaim thread.
+pub(crate) struct Kswapd {
+    shared: Arc<Shared>,
+}
+
+/// How long the thread waits before trying again after a round that freed nothing (everything
+/// pinned, locked or dirty), unless woken sooner.
+const BACKOFF: Duration = Duration::from_millis(20);
+
+impl Kswapd {
+    pub(crate) fn new() -> Kswapd {
+        Kswapd {
+            shared: Arc::new(Shared::default()),
+        }
+    }
+
+    /// Starts the thread.
+    pub(crate) fn spawn(&self, target: Weak<dyn Balance>) -> std::io::Result<()> {
+        let shared = self.shared.clone();
+        std::thread::Builder::new()
+            .name("quire-kswapd".into())
+            .spawn(move || run(&shared, &target))?;
+        Ok(())
+    }
+
+    /// Wakes the thread for an allocation of `order` (the kernel's `wakeup_kswapd`).
+    #[doc(alias = "wakeup_kswapd")]
+    #[inline]
+    pub(crate) fn wake(&self, order: u32, counters: &Counters) {
+        if self.shared.awake.load(Ordering::Relaxed) {
+            return;
+        }
+        self.wake_slow(order, counters);
+    }
+
+    #[cold]
+    fn wake_slow(&self, order: u32, counters: &Counters) {
+        let mut st = self.shared.state.lock().unwrap_or_else(|e| e.into_inner());
+        if st.stop {
+            return;
+        }
+        st.pending = true;
+        st.order = st.order.max(order);
+        if !self.shared.awake.swap(true, Ordering::Relaxed) {
+            counters.count(Event::KswapdWakeups);
+            self.shared.wake.notify_one();
+        }
+    }
+
+    /// Tells the thread to stop.
+    pub(crate) fn stop(&self) {
+        self.shared.stopping.store(true, Ordering::Relaxed);
+        let mut st = self.shared.state.lock().unwrap_or_else(|e| e.into_inner());
+        st.stop = true;
+        drop(st);
+        self.shared.wake.notify_all();
+    }
+}
+
+/// Rounds in a row that may free nothing before the thread waits to be woken again.
+const MAX_FAILURES: u32 = 4;
+
+fn run(shared: &Shared, target: &Weak<dyn Balance>) {
+    let stopping = || shared.stopping.load(Ordering::Relaxed);
+    let mut failures = 0u32;
+    loop {
+        let order = {
+            let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
+            let retry = failures > 0 && failures < MAX_FAILURES;
+            if retry && !st.pending && !st.stop {
+                // The last round freed nothing: try again a little later even if nobody wakes
+                // us, since the flusher may have cleaned folios meanwhile.
+                st = shared
+                    .wake
+                    .wait_timeout(st, BACKOFF)
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
+            }
+            while !st.pending && !st.stop && !retry {
+                shared.awake.store(false, Ordering::Relaxed);
+                st = shared.wake.wait(st).unwrap_or_else(|e| e.into_inner());
+            }
+            if st.stop {
+                return;
+            }
+            shared.awake.store(true, Ordering::Relaxed);
+            st.pending = false;
+            std::mem::take(&mut st.order)
+        };
+        let Some(t) = target.upgrade() else {
+            // Gone (its drop also stops us), or not finished being built yet.
+            if stopping() {
+                return;
+            }
+            failures += 1;
+            continue;
+        };
+        if t.kswapd_balance(order, &stopping) {
+            failures = 0;
+        } else {
+            failures += 1;
+        }
+        drop(t);
+    }
+}

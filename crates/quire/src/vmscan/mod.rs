@@ -1,0 +1,250 @@
+//! Reclaim that knows the working set, after the kernel's `mm/vmscan.c`, `mm/swap.c` and
+//! `mm/workingset.c`: LRU lists, folio batches, background reclaim, refault detection from
+//! shadow entries and the shadow-node shrinker. One [`Vmscan`] per page cache.
+//!
+//! # Where it sits
+//!
+//! Between `mem` (the pool it frees frames into) and the owners of folios (the page cache's
+//! files today; anonymous memory later). It never names an owner: it reaches them through the
+//! [`Owners`] trait — evict this locked folio leaving this shadow, write this one back, wake
+//! the flusher, delete this shadow node — as the kernel's reclaim reaches a file system through
+//! its `address_space_operations`. Owners call in to add folios to the lists, mark accesses,
+//! allocate (which may reclaim) and report refaults.
+//!
+//! # A folio's life on the lists
+//!
+//! | event | what happens | kernel |
+//! |---|---|---|
+//! | inserted by its owner | queued in an add batch; linked at the head of the inactive list, or of the active one if its refault was judged part of the working set | `folio_add_lru` |
+//! | first access | `REFERENCED` set | `folio_mark_accessed` |
+//! | second access, inactive | queued in an activate batch: moved to the active list | `folio_activate` |
+//! | active list too long, or refaults are activating | moved from the active tail to the inactive head with `WORKINGSET` set | `shrink_active_list` |
+//! | at the inactive tail, clean, unused | evicted: its slot keeps a shadow, its frames go back | `shrink_folio_list`, `__remove_mapping` |
+//! | at the inactive tail, dirty or under write-back | gets `RECLAIM`, parks on the active list; the flusher is woken; when its write-back ends it is rotated to the inactive tail | `folio_set_reclaim`, `folio_rotate_reclaimable` |
+//! | at the inactive tail, locked or in use | put back at the head | `keep` |
+//! | removed by its owner | `mapping` set to 0, then unlinked under the LRU lock | `filemap_remove_folio` |
+//!
+//! Reclaim *isolates* a few folios at a time from a list's tail under the LRU lock (each with a
+//! reference, `LRU` cleared), works on them without the lock (only `try_lock` on folio locks, so
+//! it never waits on a lock holder that may itself be allocating), and puts back what it keeps.
+//!
+//! # Who reclaims
+//!
+//! Three watermarks derived from the budget ([`Watermarks`]). An allocation that finds the free
+//! frames below *low* wakes the background reclaim thread (kswapd), which reclaims until they
+//! are above *high*; only an allocation that finds them below *min* (or finds nothing at all)
+//! reclaims in its own thread (direct reclaim, counted as `direct_reclaims`). In steady state
+//! readers never reclaim inline.
+//!
+//! # The "before"
+//!
+//! [`ReclaimPolicy::Clock`] is the reclaim quire had before this module: no lists, no batches
+//! and no background thread; an allocation that fails sweeps a clock over the memmap in the
+//! allocating thread (second chance for `REFERENCED`), writing dirty folios back itself.
+//! Workingset detection can be switched off on its own (`workingset: false`): refaults are
+//! counted but never activate. The shadow shrinker has its own switch.
+
+mod clock;
+mod kswapd;
+mod lru;
+mod reclaim;
+mod swap;
+pub mod workingset;
+
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+pub use lru::{Lru, NR_LRU_LISTS};
+pub(crate) use lru::{LruGuard, Lruvec};
+pub use workingset::{pack_shadow, unpack_shadow, Refault};
+
+use crate::mem::folio::{Folio, FolioGuard, FRAME_SHIFT};
+use crate::stats::Counters;
+use crate::sync::bitwait::WaitPolicy;
+use crate::xarray::{ListedNode, NodeList};
+
+/// Which reclaim a cache runs (DESIGN.md rule 7: the "before" is a runtime switch).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ReclaimPolicy {
+    /// Active and inactive lists, batches, background reclaim (this module).
+    #[default]
+    Lru,
+    /// The pre-LRU reclaim: a clock over the memmap, run by the allocating thread.
+    Clock,
+}
+
+/// The free-frame thresholds reclaim works to, in frames (the kernel's zone watermarks).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Watermarks {
+    /// Below this, allocations reclaim themselves.
+    pub min: usize,
+    /// Below this, allocations wake background reclaim.
+    pub low: usize,
+    /// Background reclaim stops above this.
+    pub high: usize,
+}
+
+impl Watermarks {
+    /// The kernel's rule for a zone of `frames` frames: `min` is `sqrt(16 * KiB)` KiB
+    /// (`min_free_kbytes`), at least 16 frames and at most a quarter of the budget; `low` and
+    /// `high` are a quarter of `min` (at least 0.1% of the budget: `watermark_scale_factor`)
+    /// above it and above each other. A 64 MiB budget gets 256, 320 and 384 frames.
+    pub fn for_frames(frames: usize) -> Watermarks {
+        let kib = (frames as u64) << (FRAME_SHIFT - 10);
+        let min_kib = isqrt(kib * 16);
+        let min = ((min_kib >> (FRAME_SHIFT - 10)) as usize)
+            .max(16)
+            .min(frames / 4);
+        let gap = (min / 4).max(frames / 1000).max(1);
+        Watermarks {
+            min,
+            low: min + gap,
+            high: min + 2 * gap,
+        }
+    }
+}
+
+/// The integer square root.
+pub(crate) fn isqrt(n: u64) -> u64 {
+    if n < 2 {
+        return n;
+    }
+    let mut x = (n as f64).sqrt() as u64;
+    while x * x > n {
+        x -= 1;
+    }
+    while (x + 1) * (x + 1) <= n {
+        x += 1;
+    }
+    x
+}
+
+/// How reclaim reaches the owners of the folios on its lists (the kernel's address-space
+/// operations, as reclaim uses them). Folio owners are found by the folio's `mapping` id.
+pub(crate) trait Owners: Sync {
+    /// Removes the locked folio `g` from its owner if it still belongs there, is clean, not
+    /// under write-back and referenced only by its owner and `g`: freezes it, asks `shadow`
+    /// for the value its slot keeps, and replaces it. Returns whether it did; the folio is
+    /// then freed when `g` goes.
+    fn evict(&self, g: &mut FolioGuard<'_>, shadow: &mut dyn FnMut(&Folio) -> u64) -> bool;
+    /// Writes the locked, dirty folio back now (the clock policy only; LRU reclaim leaves
+    /// write-back to the flusher).
+    fn write_back(&self, g: FolioGuard<'_>);
+    /// Asks the flusher to write back dirty data: reclaim found dirty folios at the tail.
+    fn wake_flusher(&self);
+    /// Deletes a shadow node found on the shadow-node list; whether it did.
+    fn delete_shadow_node(&self, n: &ListedNode) -> bool;
+}
+
+/// How a [`Vmscan`] is set up.
+#[derive(Clone, Debug)]
+pub(crate) struct VmConfig {
+    pub policy: ReclaimPolicy,
+    pub workingset: bool,
+    pub shadow_shrinker: bool,
+    pub frames: usize,
+    pub wait_policy: WaitPolicy,
+    pub alloc_timeout: Duration,
+}
+
+/// One cache's reclaim state; see the [module documentation](self).
+pub(crate) struct Vmscan {
+    policy: ReclaimPolicy,
+    workingset: bool,
+    shadow_shrinker: bool,
+    max_shadow_nodes: usize,
+    wmark: Watermarks,
+    wait_policy: WaitPolicy,
+    alloc_timeout: Duration,
+    lruvec: Lruvec,
+    batches: swap::Batches,
+    /// Advanced on every eviction and activation (see [`workingset`]).
+    nonresident_age: AtomicU64,
+    /// The workingset activations counted when reclaim last finished, to tell whether refaults
+    /// have been activating since (the kernel's `lruvec->refaults`).
+    refaults_snapshot: AtomicU64,
+    /// The index nodes holding only shadows, of every file of the cache.
+    shadow_nodes: Arc<NodeList>,
+    kswapd: kswapd::Kswapd,
+    /// The clock policy's hand.
+    clock: Mutex<usize>,
+    /// This cache's reclaim counters (also counted globally).
+    pub(crate) counters: Counters,
+}
+
+impl Vmscan {
+    pub(crate) fn new(c: VmConfig) -> Vmscan {
+        Vmscan {
+            policy: c.policy,
+            workingset: c.workingset,
+            shadow_shrinker: c.shadow_shrinker,
+            max_shadow_nodes: (c.frames / 16).max(1),
+            wmark: Watermarks::for_frames(c.frames),
+            wait_policy: c.wait_policy,
+            alloc_timeout: c.alloc_timeout,
+            lruvec: Lruvec::new(),
+            batches: swap::Batches::new(),
+            nonresident_age: AtomicU64::new(0),
+            refaults_snapshot: AtomicU64::new(0),
+            shadow_nodes: Arc::new(NodeList::new()),
+            kswapd: kswapd::Kswapd::new(),
+            clock: Mutex::new(0),
+            counters: Counters::default(),
+        }
+    }
+
+    /// The watermarks.
+    pub(crate) fn watermarks(&self) -> Watermarks {
+        self.wmark
+    }
+
+    /// The list every file's index puts its shadow nodes on.
+    pub(crate) fn shadow_nodes(&self) -> &Arc<NodeList> {
+        &self.shadow_nodes
+    }
+
+    /// Frames on each list at the last change (lock-free).
+    pub(crate) fn list_sizes(&self) -> [usize; NR_LRU_LISTS] {
+        Lru::ALL.map(|l| self.lruvec.size(l))
+    }
+
+    /// Starts the background reclaim thread (the LRU policy only); `target` does the work.
+    pub(crate) fn start_kswapd(
+        &self,
+        target: std::sync::Weak<dyn kswapd::Balance>,
+    ) -> std::io::Result<()> {
+        if self.policy == ReclaimPolicy::Lru {
+            self.kswapd.spawn(target)?;
+        }
+        Ok(())
+    }
+
+    /// Checks the lists' links and counts, and that every listed folio passes `in_index`
+    /// (under the LRU lock; for tests).
+    pub(crate) fn check_lists(
+        &self,
+        pool: &crate::mem::pool::FramePool,
+        in_index: &dyn Fn(&Folio) -> bool,
+    ) -> Result<(), String> {
+        let g = self.lruvec.lock(pool);
+        g.check()?;
+        for lru in Lru::ALL {
+            for f in g.walk(lru) {
+                if !in_index(f) {
+                    return Err(format!("{f:?} is on {} but in no index", lru.name()));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Tells the background reclaim thread to stop (it does at once, or when its current round
+    /// of reclaim ends).
+    pub(crate) fn stop(&self) {
+        self.kswapd.stop();
+    }
+}
+
+pub(crate) use kswapd::Balance;
+pub(crate) use reclaim::NoMemory;

@@ -1,0 +1,385 @@
+//! Shrinking the lists (the kernel's `shrink_lruvec`, `shrink_inactive_list`,
+//! `shrink_active_list`, `shrink_folio_list`), direct and background reclaim, and allocation's
+//! slow path.
+//!
+//! # One round of reclaim
+//!
+//! A round wants `nr_to_reclaim` frames. It first drains every folio batch (so that new
+//! folios are on the lists and no batch holds a reference that would keep a folio from being
+//! evicted), then scans at falling *priorities*, 12 down to 0: at priority `p` it looks at
+//! `size >> p` frames of the inactive file list — and as many of the active file list's, if the
+//! active list may be deactivated — 32 frames at a time, until the round has what it wants.
+//! The active list may be deactivated when the inactive list is *low* (the kernel's
+//! `inactive_is_low`: `inactive * ratio < active`, with `ratio = sqrt(10 * GiB)` of the two
+//! lists, 1 below 1 GiB) or when refaults have been activating folios since the last round (a new
+//! working set is forming: the old one must make room). After the round the shadow shrinker
+//! runs.
+//!
+//! # A folio at the inactive tail
+//!
+//! | state | outcome |
+//! |---|---|
+//! | locked (`try_lock` fails) | back to the head |
+//! | removed by its owner meanwhile (`mapping` 0) | dropped |
+//! | unevictable | to the unevictable list |
+//! | under write-back, or dirty | `RECLAIM` set, parked on the active list, the flusher woken; rotated to the inactive tail when its write-back ends |
+//! | clean | evicted through its owner, leaving a shadow; if somebody holds a reference, back to the head |
+//!
+//! `REFERENCED` does not save a folio at the inactive tail (for unmapped file folios the
+//! kernel reclaims it anyway): a folio is kept in memory by being used *twice* while inactive
+//! (activation), not once.
+
+use std::ptr::NonNull;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use super::{isqrt, Lru, Owners, ReclaimPolicy, Vmscan};
+use crate::mem::folio::{FolioRef, FRAME_SHIFT};
+use crate::mem::pool::FramePool;
+use crate::stats::Event;
+
+/// Frames a round looks at, at most, per step (the kernel's `SWAP_CLUSTER_MAX`).
+pub(crate) const SWAP_CLUSTER_MAX: usize = 32;
+/// The first (least eager) priority of a round.
+const DEF_PRIORITY: u32 = 12;
+/// Shadow nodes the shrinker deletes at most after one round.
+const SHADOW_BATCH: usize = 256;
+
+/// Allocation gave up: every frame stayed pinned or locked for the whole allocation timeout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct NoMemory;
+
+/// One round's bookkeeping (the kernel's `scan_control`).
+#[derive(Debug, Default)]
+pub(crate) struct ScanControl {
+    pub nr_to_reclaim: usize,
+    pub nr_reclaimed: usize,
+    pub nr_scanned: usize,
+    pub priority: u32,
+    pub may_deactivate: bool,
+    /// Dirty folios met at the inactive tail this round.
+    pub nr_dirty: usize,
+    /// Folios under write-back met at the inactive tail this round.
+    pub nr_writeback: usize,
+}
+
+impl Vmscan {
+    /// Whether the inactive file list is too short next to the active one.
+    pub(crate) fn inactive_is_low(&self) -> bool {
+        let inactive = self.lruvec.size(Lru::InactiveFile) as u64;
+        let active = self.lruvec.size(Lru::ActiveFile) as u64;
+        let gib = (inactive + active) >> (30 - FRAME_SHIFT);
+        let ratio = if gib > 0 { isqrt(10 * gib) } else { 1 };
+        inactive * ratio < active
+    }
+
+    /// Takes folios from the tail of `lru` until `nr` frames are taken (at least one folio if
+    /// the list is not empty), each with a reference and off the list; returns them. Folios
+    /// whose count is frozen (being changed in place) are moved to the head instead.
+    fn isolate<'p>(&self, pool: &'p FramePool, lru: Lru, nr: usize) -> Vec<FolioRef<'p>> {
+        let mut out = Vec::new();
+        let mut g = self.lruvec.lock(pool);
+        let mut taken = 0;
+        let mut skipped = 0;
+        while taken < nr && skipped < nr.max(SWAP_CLUSTER_MAX) {
+            let Some(f) = g.tail(lru) else { break };
+            if !f.try_get() {
+                skipped += 1;
+                g.move_to_head(f);
+                continue;
+            }
+            g.del(f);
+            taken += f.nr_frames();
+            // SAFETY: `try_get` just gave us a counted reference on this descriptor of `pool`.
+            out.push(unsafe { pool.ref_from_raw(NonNull::from(f)) });
+        }
+        out
+    }
+
+    /// Links the folios back (each onto the list its flags name, at the head) unless their
+    /// owner removed them meanwhile, then puts the references.
+    fn putback(&self, pool: &FramePool, folios: Vec<FolioRef<'_>>) {
+        if folios.is_empty() {
+            return;
+        }
+        {
+            let mut g = self.lruvec.lock(pool);
+            for f in &folios {
+                if f.mapping() != 0 && !f.is_lru() {
+                    g.add(f, false);
+                }
+            }
+        }
+        drop(folios);
+    }
+
+    /// Decides the fate of isolated inactive folios (see the module documentation); returns
+    /// the frames freed.
+    fn shrink_folio_list(
+        &self,
+        pool: &FramePool,
+        owners: &dyn Owners,
+        folios: Vec<FolioRef<'_>>,
+        sc: &mut ScanControl,
+    ) -> usize {
+        let mut reclaimed = 0;
+        let mut keep = Vec::with_capacity(folios.len());
+        for f in folios {
+            let nr = f.nr_frames();
+            let mut g = match f.try_lock_with(self.wait_policy) {
+                Ok(g) => g,
+                Err(f) => {
+                    keep.push(f);
+                    continue;
+                }
+            };
+            if g.mapping() == 0 {
+                // Its owner removed it while we held it: it is no longer ours to put back.
+                continue;
+            }
+            if g.is_unevictable() {
+                keep.push(g.unlock());
+                continue;
+            }
+            let writeback = g.is_writeback();
+            // A reference does not keep an unmapped file folio from being reclaimed.
+            g.clear_referenced();
+            if writeback || g.is_dirty() {
+                // The flusher writes it; when that ends it is rotated to the inactive tail.
+                // Meanwhile it waits on the active list, out of reclaim's way.
+                g.set_reclaim();
+                g.set_active();
+                self.counters.add(Event::PgActivate, nr as u64);
+                if writeback {
+                    sc.nr_writeback += nr;
+                } else {
+                    sc.nr_dirty += nr;
+                }
+                keep.push(g.unlock());
+                continue;
+            }
+            if owners.evict(&mut g, &mut |folio| self.workingset_eviction(folio)) {
+                reclaimed += nr;
+                drop(g);
+            } else {
+                keep.push(g.unlock());
+            }
+        }
+        self.putback(pool, keep);
+        if reclaimed > 0 {
+            self.counters.add(Event::PgSteal, reclaimed as u64);
+        }
+        reclaimed
+    }
+
+    /// Reclaims from the tail of the inactive file list, looking at `nr` frames.
+    fn shrink_inactive_list(
+        &self,
+        pool: &FramePool,
+        owners: &dyn Owners,
+        nr: usize,
+        sc: &mut ScanControl,
+    ) {
+        let folios = self.isolate(pool, Lru::InactiveFile, nr);
+        let scanned: usize = folios.iter().map(|f| f.nr_frames()).sum();
+        if scanned == 0 {
+            return;
+        }
+        self.counters.add(Event::PgScan, scanned as u64);
+        sc.nr_scanned += scanned;
+        let dirty_before = sc.nr_dirty;
+        sc.nr_reclaimed += self.shrink_folio_list(pool, owners, folios, sc);
+        if sc.nr_dirty > dirty_before {
+            owners.wake_flusher();
+        }
+    }
+
+    /// Moves `nr` frames' worth of folios from the tail of the active file list to the head of
+    /// the inactive one, marking them `WORKINGSET` (they had been in use).
+    fn shrink_active_list(&self, pool: &FramePool, nr: usize) {
+        let folios = self.isolate(pool, Lru::ActiveFile, nr);
+        let mut moved = 0;
+        for f in &folios {
+            if !f.is_unevictable() {
+                f.clear_active();
+                f.set_workingset();
+                moved += f.nr_frames();
+            }
+        }
+        self.putback(pool, folios);
+        if moved > 0 {
+            self.counters.add(Event::PgDeactivate, moved as u64);
+        }
+    }
+
+    /// One priority level of a round: scans both file lists in proportion to their sizes.
+    fn shrink_lruvec(&self, pool: &FramePool, owners: &dyn Owners, sc: &mut ScanControl) {
+        let p = sc.priority;
+        let mut inactive = self.lruvec.size(Lru::InactiveFile) >> p;
+        let mut active = if sc.may_deactivate {
+            self.lruvec.size(Lru::ActiveFile) >> p
+        } else {
+            0
+        };
+        while inactive > 0 || active > 0 {
+            if inactive > 0 {
+                let n = inactive.min(SWAP_CLUSTER_MAX);
+                inactive -= n;
+                self.shrink_inactive_list(pool, owners, n, sc);
+            }
+            if active > 0 {
+                let n = active.min(SWAP_CLUSTER_MAX);
+                active -= n;
+                self.shrink_active_list(pool, n);
+            }
+            if sc.nr_reclaimed >= sc.nr_to_reclaim {
+                break;
+            }
+        }
+        // Keep the lists balanced even when the round did not need to deactivate.
+        if !sc.may_deactivate && self.inactive_is_low() {
+            self.shrink_active_list(pool, SWAP_CLUSTER_MAX);
+        }
+    }
+
+    /// One round of reclaim wanting `nr_to_reclaim` frames (see the module documentation);
+    /// returns the frames freed. The kernel's `do_try_to_free_pages` / one pass of
+    /// `balance_pgdat`.
+    #[doc(alias = "do_try_to_free_pages")]
+    pub(crate) fn try_to_free_pages(
+        &self,
+        pool: &FramePool,
+        owners: &dyn Owners,
+        nr_to_reclaim: usize,
+    ) -> usize {
+        if self.policy == ReclaimPolicy::Clock {
+            let freed = self.clock_reclaim(pool, owners, nr_to_reclaim);
+            self.shrink_shadow_nodes(owners, SHADOW_BATCH);
+            return freed;
+        }
+        self.drain_all(pool);
+        let activations = self.counters.get(Event::WorkingsetActivate);
+        let mut sc = ScanControl {
+            nr_to_reclaim,
+            may_deactivate: activations != self.refaults_snapshot.load(Ordering::Relaxed)
+                || self.inactive_is_low(),
+            ..ScanControl::default()
+        };
+        for priority in (0..=DEF_PRIORITY).rev() {
+            sc.priority = priority;
+            self.shrink_lruvec(pool, owners, &mut sc);
+            if sc.nr_reclaimed >= sc.nr_to_reclaim {
+                break;
+            }
+        }
+        self.refaults_snapshot.store(activations, Ordering::Relaxed);
+        self.shrink_shadow_nodes(owners, SHADOW_BATCH);
+        sc.nr_reclaimed
+    }
+
+    /// Whether background reclaim has done its job for an allocation of `order`: free frames
+    /// above the high watermark, and a free block of that order (or, where the lists hold no
+    /// folios that large, twice its size freed beyond the watermark).
+    pub(crate) fn balanced(&self, pool: &FramePool, order: u32) -> bool {
+        let free = pool.free_frames_hint();
+        free >= self.wmark.high
+            && (order == 0 || pool.has_free_block(order) || free >= self.wmark.high + (2 << order))
+    }
+
+    /// Background reclaim's work after a wake-up: rounds of reclaim until [`Vmscan::balanced`],
+    /// or until a round frees nothing (everything is pinned, locked or waiting for write-back),
+    /// or `stop()` says the cache is going away. Returns whether it got balanced. The kernel's
+    /// `balance_pgdat`.
+    #[doc(alias = "balance_pgdat")]
+    pub(crate) fn balance(
+        &self,
+        pool: &FramePool,
+        owners: &dyn Owners,
+        order: u32,
+        stop: &dyn Fn() -> bool,
+    ) -> bool {
+        loop {
+            if self.balanced(pool, order) {
+                return true;
+            }
+            if stop() {
+                return false;
+            }
+            let free = pool.free_frames_hint();
+            let want = (self.wmark.high + (1usize << order))
+                .saturating_sub(free)
+                .max(SWAP_CLUSTER_MAX);
+            if self.try_to_free_pages(pool, owners, want) == 0 {
+                // Let the freed frames that sit in per-thread caches count, then judge again.
+                pool.drain();
+                return self.balanced(pool, order);
+            }
+        }
+    }
+
+    /// Allocates a folio of `order`, or a smaller one when no block that large can be had
+    /// (readahead and writes cut their work to what they get). Above the min watermark it just
+    /// takes what is free (waking background reclaim below the low one); below it, or when
+    /// nothing is free, it reclaims in this thread. With `must` false it gives up (`None`)
+    /// after one round of reclaim; with `must` true it keeps trying until the allocation
+    /// timeout, when every frame stayed pinned, and then reports [`NoMemory`].
+    pub(crate) fn alloc<'p>(
+        &self,
+        pool: &'p FramePool,
+        owners: &dyn Owners,
+        order: u32,
+        must: bool,
+    ) -> Result<Option<FolioRef<'p>>, NoMemory> {
+        let fast = match self.policy {
+            ReclaimPolicy::Lru => self.alloc_fast(pool, order),
+            ReclaimPolicy::Clock => pool.alloc(order),
+        };
+        if let Some(f) = fast {
+            self.counters.count(Event::FolioAllocs);
+            return Ok(Some(f));
+        }
+        let start = Instant::now();
+        let mut idle_rounds = 0u32;
+        loop {
+            self.counters.count(Event::DirectReclaims);
+            let want = (2usize << order).max(SWAP_CLUSTER_MAX);
+            let freed = self.try_to_free_pages(pool, owners, want);
+            for o in (0..=order).rev() {
+                if let Some(f) = pool.alloc(o) {
+                    self.counters.count(Event::FolioAllocs);
+                    return Ok(Some(f));
+                }
+            }
+            if !must {
+                return Ok(None);
+            }
+            if start.elapsed() > self.alloc_timeout {
+                return Err(NoMemory);
+            }
+            if freed == 0 {
+                // Everything is pinned, locked or waiting for write-back right now: let the
+                // holders and the flusher run.
+                idle_rounds += 1;
+                if idle_rounds < 16 {
+                    std::thread::yield_now();
+                } else {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+        }
+    }
+
+    /// The allocation fast path of the LRU policy: anything free above the min watermark,
+    /// largest order first; wakes background reclaim below the low watermark.
+    #[inline]
+    fn alloc_fast<'p>(&self, pool: &'p FramePool, order: u32) -> Option<FolioRef<'p>> {
+        let free = pool.free_frames_hint();
+        if free < self.wmark.low {
+            self.kswapd.wake(order, &self.counters);
+        }
+        if free <= self.wmark.min {
+            return None;
+        }
+        (0..=order).rev().find_map(|o| pool.alloc(o))
+    }
+}

@@ -1,0 +1,276 @@
+//! Folio batches and access marking, after the kernel's `mm/swap.c`.
+//!
+//! A read hit must never take the LRU lock, so LRU changes that follow from use — adding a new
+//! folio, activating one used twice, rotating one whose write-back reclaim was waiting for —
+//! are queued in small batches ([`BATCH`] folios, the kernel's `folio_batch`) and applied under
+//! the lock a batch at a time. The kernel keeps the batches per CPU; quire keeps them per
+//! *shard*, a thread using the shard its number picks (as the buddy allocator's order-0 caches
+//! do), each behind its own mutex, so that any thread can drain every batch (before reclaim
+//! scans, and when the cache goes away) — the kernel's `lru_add_drain_all`.
+//!
+//! # Batches hold no references
+//!
+//! The kernel's batches hold a reference on each folio. quire's hold only the descriptor's
+//! address: the page cache changes an up-to-date folio in place only when it can *freeze* the
+//! count at exactly the references it knows of (see [`crate::mem::folio`]), and a reference
+//! parked in a batch would make every freshly inserted folio look busy — its next write would
+//! copy it, and invalidation would skip it — until the batch happened to drain. Descriptors
+//! outlive every folio (they are never freed), so an entry is always safe to look at; what makes
+//! a stale one (its folio freed, maybe reused since) harmless is this rule:
+//!
+//! - a folio queued for adding carries [`LRU_PENDING`]; a drain links a folio only if it
+//!   carries `LRU_PENDING` and has an owner (`mapping` non-zero), clears `LRU_PENDING`, and does
+//!   both under the LRU lock;
+//! - **whoever sets a folio's `mapping` to 0 then takes the LRU lock and unlinks it**
+//!   ([`Vmscan::lru_del`]).
+//!
+//! So a removed folio is never left on a list: either the drain links it first and the remover
+//! unlinks it, or the remover comes first and the drain skips it. A stale add entry can link
+//! only a folio that is pending right now in its new life (early, which its own entry then
+//! finds done); never one that reclaim has isolated, nor one being inserted whose flags its
+//! owner is still setting, since neither is pending. An activation or rotation through a stale
+//! entry only moves some listed folio between lists, a wrong hint, never a broken list. A folio
+//! waiting in an add batch is on no list, so reclaim cannot see it until the batch is drained,
+//! which every round of reclaim does first.
+//!
+//! # Access marking (`folio_mark_accessed`)
+//!
+//! | flags before | what an access does |
+//! |---|---|
+//! | `REFERENCED` clear | sets it (one read-modify-write; the only write a first hit makes) |
+//! | `REFERENCED`, `ACTIVE` or `UNEVICTABLE` | nothing: hot hits on active folios write nothing |
+//! | `REFERENCED`, inactive, on a list | queues the folio for activation, clears `REFERENCED` |
+//! | `REFERENCED`, inactive, waiting to be added | sets `ACTIVE` under the LRU lock (it is then added to the active list), clears `REFERENCED` |
+//!
+//! Each activation also advances the workingset's non-resident age (see
+//! [`super::workingset`]).
+
+use std::ptr::NonNull;
+use std::sync::Mutex;
+
+use crossbeam_utils::CachePadded;
+
+use super::{LruGuard, ReclaimPolicy, Vmscan};
+use crate::mem::buddy::thread_number;
+use crate::mem::folio::{Folio, ACTIVE, HEAD, LRU, LRU_PENDING, REFERENCED, UNEVICTABLE};
+use crate::mem::pool::FramePool;
+use crate::stats::Event;
+
+/// Folios per batch, as the kernel's `PAGEVEC_SIZE`.
+pub(crate) const BATCH: usize = 15;
+
+/// A folio's descriptor, queued in a batch (no reference: see the module documentation).
+struct Held(NonNull<Folio>);
+
+// SAFETY: a `Held` is the address of a descriptor, which is `Sync` and lives as long as the
+// pool.
+unsafe impl Send for Held {}
+
+impl Held {
+    fn folio(&self) -> &Folio {
+        // SAFETY: descriptors live as long as the pool, which outlives the batches (the cache
+        // drains them before its pool goes).
+        unsafe { self.0.as_ref() }
+    }
+}
+
+/// What a batch does to its folios when drained.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Op {
+    /// Link onto the list the flags name (the kernel's `lru_add`).
+    Add,
+    /// Move from the inactive list to the active one (`lru_activate`).
+    Activate,
+    /// Move to the inactive tail (`lru_move_tail`, after write-back that reclaim waited for).
+    Rotate,
+}
+
+#[derive(Default)]
+struct Shard {
+    add: Vec<Held>,
+    activate: Vec<Held>,
+    rotate: Vec<Held>,
+}
+
+impl Shard {
+    fn list(&mut self, op: Op) -> &mut Vec<Held> {
+        match op {
+            Op::Add => &mut self.add,
+            Op::Activate => &mut self.activate,
+            Op::Rotate => &mut self.rotate,
+        }
+    }
+}
+
+/// Every shard's batches.
+pub(crate) struct Batches {
+    shards: Box<[CachePadded<Mutex<Shard>>]>,
+}
+
+impl Batches {
+    /// Twice as many shards as CPUs (a power of two, 2 to 64), as the allocator's caches.
+    pub(crate) fn new() -> Batches {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let n = (2 * cpus).next_power_of_two().clamp(2, 64);
+        Batches {
+            shards: (0..n).map(|_| CachePadded::new(Mutex::default())).collect(),
+        }
+    }
+
+    fn mine(&self) -> std::sync::MutexGuard<'_, Shard> {
+        self.shards[thread_number() % self.shards.len()]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Vmscan {
+    /// Queues `folio` (just made visible by its owner) to be added to the list its flags name:
+    /// the kernel's `folio_add_lru`. Does nothing under the clock policy, which keeps no lists.
+    #[doc(alias = "folio_add_lru")]
+    pub(crate) fn lru_add(&self, pool: &FramePool, folio: &Folio) {
+        if self.policy == ReclaimPolicy::Clock {
+            return;
+        }
+        folio.set_lru_pending();
+        self.queue(pool, Op::Add, folio);
+    }
+
+    /// Takes `folio` off its list if it is on one. Whoever sets a folio's `mapping` to 0 calls
+    /// this afterwards (see the module documentation).
+    pub(crate) fn lru_del(&self, pool: &FramePool, folio: &Folio) {
+        if self.policy == ReclaimPolicy::Clock {
+            return;
+        }
+        let mut g = self.lruvec.lock(pool);
+        if folio.is_lru() {
+            g.del(folio);
+        }
+    }
+
+    /// Marks an access to `folio`, which the caller holds a reference to and whose flags it
+    /// read as `flags`; see the module documentation. Inline and write-free on the hot path (a
+    /// hit of an active folio used before).
+    #[doc(alias = "folio_mark_accessed")]
+    #[inline]
+    pub(crate) fn mark_accessed(&self, pool: &FramePool, folio: &Folio, flags: u64) {
+        if flags & REFERENCED == 0 {
+            folio.set_referenced();
+        } else if flags & (ACTIVE | UNEVICTABLE) == 0 && self.policy == ReclaimPolicy::Lru {
+            self.activate_on_access(pool, folio);
+        }
+    }
+
+    /// The second access of an inactive folio.
+    #[cold]
+    fn activate_on_access(&self, pool: &FramePool, folio: &Folio) {
+        if folio.is_lru() {
+            self.queue(pool, Op::Activate, folio);
+        } else if folio.is_lru_pending() {
+            // Waiting in an add batch: it goes straight to the active list when the batch is
+            // drained. Under the LRU lock, so that no drain links it while its flags change.
+            let _lists = self.lruvec.lock(pool);
+            if folio.flags() & (LRU | LRU_PENDING) == LRU_PENDING {
+                folio.set_active();
+            }
+        }
+        folio.clear_referenced();
+        self.workingset_activation(folio.nr_frames());
+    }
+
+    /// After the write-back of `folio` that reclaim was waiting for (`RECLAIM` was set and has
+    /// just been cleared): moves it to the inactive tail, to be reclaimed next, unless it is
+    /// locked, dirty again, unevictable or off the lists. The kernel's
+    /// `folio_rotate_reclaimable`.
+    #[doc(alias = "folio_rotate_reclaimable")]
+    pub(crate) fn rotate_reclaimable(&self, pool: &FramePool, folio: &Folio) {
+        if self.policy == ReclaimPolicy::Clock
+            || folio.is_locked()
+            || folio.is_dirty()
+            || folio.is_unevictable()
+            || !folio.is_lru()
+        {
+            return;
+        }
+        self.queue(pool, Op::Rotate, folio);
+    }
+
+    /// Queues `folio` for `op`; applies the batch when it is full.
+    fn queue(&self, pool: &FramePool, op: Op, folio: &Folio) {
+        let held = Held(NonNull::from(folio));
+        let full = {
+            let mut shard = self.batches.mine();
+            let list = shard.list(op);
+            list.push(held);
+            if list.len() >= BATCH {
+                std::mem::take(list)
+            } else {
+                return;
+            }
+        };
+        self.apply(pool, op, full);
+    }
+
+    /// Applies a batch under the LRU lock.
+    fn apply(&self, pool: &FramePool, op: Op, batch: Vec<Held>) {
+        if batch.is_empty() {
+            return;
+        }
+        let mut g = self.lruvec.lock(pool);
+        for h in &batch {
+            self.apply_one(&mut g, op, h.folio());
+        }
+        drop(g);
+        self.counters.count(Event::LruBatchDrains);
+    }
+
+    fn apply_one(&self, g: &mut LruGuard<'_>, op: Op, f: &Folio) {
+        let flags = f.flags();
+        let nr = f.nr_frames() as u64;
+        match op {
+            Op::Add => {
+                if flags & LRU_PENDING == 0 {
+                    // A stale entry: this folio was linked already, or freed, or is in a later
+                    // life that has not been queued.
+                    return;
+                }
+                f.clear_lru_pending();
+                // Removed by its owner since it was queued: it stays off the lists.
+                if flags & (HEAD | LRU) == HEAD && f.mapping() != 0 {
+                    g.add(f, false);
+                }
+            }
+            Op::Activate => {
+                if f.is_lru() && f.flags() & (ACTIVE | UNEVICTABLE) == 0 {
+                    g.del(f);
+                    f.set_active();
+                    g.add(f, false);
+                    self.counters.add(Event::PgActivate, nr);
+                }
+            }
+            Op::Rotate => {
+                if f.is_lru() && !f.is_unevictable() {
+                    g.del(f);
+                    f.clear_active();
+                    g.add(f, true);
+                    self.counters.add(Event::PgRotated, nr);
+                }
+            }
+        }
+    }
+
+    /// Drains every shard's batches (the kernel's `lru_add_drain_all`): additions first, so
+    /// that activations and rotations find their folios on the lists.
+    #[doc(alias = "lru_add_drain_all")]
+    pub(crate) fn drain_all(&self, pool: &FramePool) {
+        for op in [Op::Add, Op::Activate, Op::Rotate] {
+            for shard in self.batches.shards.iter() {
+                let batch = {
+                    let mut s = shard.lock().unwrap_or_else(|e| e.into_inner());
+                    std::mem::take(s.list(op))
+                };
+                self.apply(pool, op, batch);
+            }
+        }
+    }
+}
