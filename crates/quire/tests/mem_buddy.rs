@@ -65,6 +65,7 @@ fn check_accounting(b: &Buddy, m: &Model) {
     assert!(s.cached <= b.pcp_shards() * b.pcp_high());
     // The lock-free readings agree with the locked ones when nothing runs concurrently.
     assert_eq!(b.zone_free_frames(), s.free, "zone_free_frames");
+    assert_eq!(b.cached_free_frames(), s.cached, "cached_free_frames");
     for order in 0..=MAX_ORDER {
         assert_eq!(
             b.has_free_block(order),

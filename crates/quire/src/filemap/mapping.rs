@@ -407,10 +407,10 @@ impl Mapping {
             };
             let covered = g.index()..g.index() + g.nr_frames() as u64;
             if g.nr_frames() < (1usize << order) {
-                // The allocator gave a smaller folio: queue the rest of the piece.
-                for i in (covered.end..idx + (1u64 << order)).rev() {
-                    pieces.push((i, 0));
-                }
+                // The allocator gave a smaller folio: queue the rest of the piece, cut into the
+                // largest aligned pieces again.
+                let rest = folio_orders(covered.end, idx + (1u64 << order) - covered.end, order);
+                pieces.extend(rest.into_iter().rev());
             }
             if w.marker.is_some_and(|m| covered.contains(&m)) {
                 g.set_readahead();

@@ -257,6 +257,8 @@ pub struct Buddy {
     /// The largest order with a free block on the zone's lists, or `NO_BLOCK` (written under
     /// the zone lock).
     zone_top: StdAtomicUsize,
+    /// Free frames held in the order-0 caches (changed under the shard's lock).
+    cached_free: StdAtomicUsize,
     pcp: Box<[CachePadded<Mutex<Pcp>>]>,
     pcp_high: usize,
     pcp_batch: usize,
@@ -327,6 +329,7 @@ impl Buddy {
             zone: Mutex::new(zone),
             zone_free: StdAtomicUsize::new(free),
             zone_top: StdAtomicUsize::new(top),
+            cached_free: StdAtomicUsize::new(0),
             pcp,
             pcp_high: high,
             pcp_batch: (high / 4).max(1),
@@ -379,12 +382,16 @@ impl Buddy {
         }
     }
 
-    /// Frames on the zone's free lists at the last change, read without a lock: what the
-    /// watermark checks of reclaim use. Frames held in the order-0 caches (at most
-    /// `pcp_shards() * pcp_high()`) are free too but not counted, so the figure errs low.
+    /// Frames on the zone's free lists at the last change, read without a lock.
     #[inline]
     pub fn zone_free_frames(&self) -> usize {
         self.zone_free.load(StdOrdering::Relaxed)
+    }
+
+    /// Free frames held in the order-0 caches at the last change, read without a lock.
+    #[inline]
+    pub fn cached_free_frames(&self) -> usize {
+        self.cached_free.load(StdOrdering::Relaxed)
     }
 
     /// Whether the zone had a free block of at least `order` at the last change (lock-free).
@@ -432,9 +439,12 @@ impl Buddy {
                         }
                     }
                 }
+                self.cached_free
+                    .fetch_add(pcp.frames.len(), StdOrdering::Relaxed);
                 pcp.frames.pop()?
             }
         };
+        self.cached_free.fetch_sub(1, StdOrdering::Relaxed);
         pcp.allocated += 1;
         Some(pfn)
     }
@@ -460,6 +470,7 @@ impl Buddy {
             let mut pcp = lock(self.my_shard());
             pcp.allocated -= 1;
             pcp.frames.push(pfn);
+            self.cached_free.fetch_add(1, StdOrdering::Relaxed);
             if pcp.frames.len() > self.pcp_high {
                 // Give the oldest frames back; keep the recently freed (cache-warm) ones.
                 let n = self.pcp_batch.min(pcp.frames.len());
@@ -467,6 +478,7 @@ impl Buddy {
                 for pfn in pcp.frames.drain(..n) {
                     zone.give(pfn, 0);
                 }
+                self.cached_free.fetch_sub(n, StdOrdering::Relaxed);
             }
         } else {
             let mut zone = self.zone();
@@ -488,6 +500,8 @@ impl Buddy {
                 }
                 std::mem::swap(&mut frames, &mut pcp.frames);
                 pcp.frames.reserve(self.pcp_high + 1);
+                self.cached_free
+                    .fetch_sub(frames.len(), StdOrdering::Relaxed);
             }
             let mut zone = self.zone();
             moved += frames.len();

@@ -321,11 +321,11 @@ impl FramePool {
         self.buddy.stats().available()
     }
 
-    /// Frames on the allocator's free lists at its last change, without a lock (errs low by
-    /// the frames in its order-0 caches): what reclaim's watermarks are checked against.
+    /// Free frames (on the allocator's free lists and in its order-0 caches) at its last
+    /// changes, without a lock: what reclaim's watermarks are checked against.
     #[inline]
     pub fn free_frames_hint(&self) -> usize {
-        self.buddy.zone_free_frames()
+        self.buddy.zone_free_frames() + self.buddy.cached_free_frames()
     }
 
     /// Whether a free block of at least `order` existed at the allocator's last change

@@ -33,6 +33,10 @@ struct State {
 struct Shared {
     state: Mutex<State>,
     wake: Condvar,
+    /// Rounds of reclaim the thread has finished; allocations waiting for it sleep on
+    /// `round_done`.
+    rounds: Mutex<u64>,
+    round_done: Condvar,
     /// The thread is working (or about to): wakers need not take the lock.
     awake: AtomicBool,
     stopping: AtomicBool,
@@ -85,6 +89,28 @@ impl Kswapd {
             counters.count(Event::KswapdWakeups);
             self.shared.wake.notify_one();
         }
+    }
+
+    /// Whether the thread is working (or about to).
+    #[inline]
+    pub(crate) fn is_awake(&self) -> bool {
+        self.shared.awake.load(Ordering::Relaxed)
+    }
+
+    /// The thread finished a round of reclaim: wakes the allocations waiting for it.
+    pub(crate) fn note_round(&self) {
+        *self.shared.rounds.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+        self.shared.round_done.notify_all();
+    }
+
+    /// Waits until the thread finishes a round of reclaim, at most `timeout`.
+    pub(crate) fn wait_round(&self, timeout: Duration) {
+        let rounds = self.shared.rounds.lock().unwrap_or_else(|e| e.into_inner());
+        let seen = *rounds;
+        let _ = self
+            .shared
+            .round_done
+            .wait_timeout_while(rounds, timeout, |r| *r == seen);
     }
 
     /// Tells the thread to stop.
@@ -141,5 +167,8 @@ fn run(shared: &Shared, target: &Weak<dyn Balance>) {
             failures += 1;
         }
         drop(t);
+        // Allocations waiting for this round must not wait for one that will not come.
+        *shared.rounds.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+        shared.round_done.notify_all();
     }
 }

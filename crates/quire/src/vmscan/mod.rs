@@ -33,8 +33,9 @@
 //! Three watermarks derived from the budget ([`Watermarks`]). An allocation that finds the free
 //! frames below *low* wakes the background reclaim thread (kswapd), which reclaims until they
 //! are above *high*; only an allocation that finds them below *min* (or finds nothing at all)
-//! reclaims in its own thread (direct reclaim, counted as `direct_reclaims`). In steady state
-//! readers never reclaim inline.
+//! reclaims in its own thread (direct reclaim, counted as `direct_reclaims`) — and while kswapd
+//! is at work it first waits a few milliseconds for kswapd's next rounds (the kernel's
+//! `throttle_direct_reclaim`). In steady state readers never reclaim inline.
 //!
 //! # The "before"
 //!
@@ -79,20 +80,28 @@ pub enum ReclaimPolicy {
 pub struct Watermarks {
     /// Below this, allocations reclaim themselves.
     pub min: usize,
-    /// Below this, allocations wake background reclaim.
+    /// Below this, order-0 allocations wake background reclaim.
     pub low: usize,
-    /// Background reclaim stops above this.
+    /// Background reclaim woken for order-0 allocations stops above this.
     pub high: usize,
+    /// The widest gap between the watermarks, for allocations of large folios.
+    pub max_gap: usize,
 }
 
 impl Watermarks {
-    /// The kernel's rule for a zone of `frames` frames: `min` is `sqrt(16 * KiB)` KiB
-    /// (`min_free_kbytes`), at least 16 frames and at most a quarter of the budget; `low` and
-    /// `high` are a quarter of `min` (at least 0.1% of the budget: `watermark_scale_factor`)
-    /// above it and above each other. A 64 MiB budget gets 256, 320 and 384 frames.
+    /// The watermarks of a budget of `frames` frames. `min` is `sqrt(KiB)` KiB — a quarter of
+    /// the kernel's `min_free_kbytes` (`sqrt(16 * KiB)`): the kernel's reserve is mostly for
+    /// allocations that may not reclaim, and quire has none; here `min` only marks where
+    /// allocations start reclaiming themselves — at least 16 frames and at most a quarter of the
+    /// budget. `low` and `high` lie one gap above `min` and above each other; the gap is
+    /// a quarter of `min` or 0.1% of the budget, as in the kernel (`watermark_scale_factor`),
+    /// for order-0 allocations, and widens for larger ones to the folio's size (capped at 1/32
+    /// of the budget), since one allocation takes that much at once and background reclaim
+    /// needs the room to keep ahead of it. A 64 MiB budget: `min` 64 frames, `low` 80 and
+    /// `high` 96 for order 0 (0.6% of the budget free), up to 576 and 1088 for 2 MiB folios.
     pub fn for_frames(frames: usize) -> Watermarks {
         let kib = (frames as u64) << (FRAME_SHIFT - 10);
-        let min_kib = isqrt(kib * 16);
+        let min_kib = isqrt(kib);
         let min = ((min_kib >> (FRAME_SHIFT - 10)) as usize)
             .max(16)
             .min(frames / 4);
@@ -101,7 +110,23 @@ impl Watermarks {
             min,
             low: min + gap,
             high: min + 2 * gap,
+            max_gap: (frames / 32).max(gap),
         }
+    }
+
+    fn gap(&self, order: u32) -> usize {
+        let base = self.low - self.min;
+        base.max((1usize << order).min(self.max_gap))
+    }
+
+    /// The low watermark for an allocation of `order`.
+    pub fn low_for(&self, order: u32) -> usize {
+        self.min + self.gap(order)
+    }
+
+    /// The high watermark for an allocation of `order`.
+    pub fn high_for(&self, order: u32) -> usize {
+        self.min + 2 * self.gap(order)
     }
 }
 
