@@ -34,6 +34,14 @@ enum Command {
         #[arg(long)]
         list: bool,
     },
+    /// The kernel's side of a benchmark case, run by `quire bench` in a child process inside a
+    /// memory cgroup (not for direct use).
+    #[command(hide = true)]
+    BenchChild {
+        /// The case, as JSON.
+        #[arg(long)]
+        spec: String,
+    },
 }
 
 fn main() -> anyhow::Result<()> {
@@ -53,5 +61,6 @@ fn main() -> anyhow::Result<()> {
             }
             bench::run(&suites, quick, json.as_deref())
         }
+        Command::BenchChild { spec } => bench::evict::child_main(&spec),
     }
 }

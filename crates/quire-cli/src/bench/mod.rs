@@ -6,6 +6,7 @@
 //! mails did.
 
 mod dcache;
+pub(crate) mod evict;
 mod harness;
 mod lockref;
 mod pagelock;
@@ -38,6 +39,7 @@ pub const SUITES: &[Suite] = &[
     xarray::SUITE,
     read::SUITE,
     write::SUITE,
+    evict::SUITE,
     dcache::SUITE,
 ];
 
@@ -106,6 +108,12 @@ impl Bench {
             before: before.to_string(),
             after: after.to_string(),
         });
+    }
+
+    /// Prints a note for the user (a fallback taken, a variant skipped and why) on standard
+    /// error, above the progress bar — also when there is no terminal to draw the bar on.
+    pub fn note(&self, msg: impl std::fmt::Display) {
+        self.progress.suspend(|| eprintln!("{}: {msg}", self.suite));
     }
 
     /// Advances the progress bar by one step and shows what runs next.

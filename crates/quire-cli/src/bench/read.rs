@@ -241,7 +241,7 @@ impl Content {
 
 /// Writes a file of `size` bytes (a multiple of 1 MiB) with [`Content`], in 1 MiB writes, and
 /// syncs it.
-fn write_data_file(path: &Path, size: u64, content: &Content) -> anyhow::Result<()> {
+pub(super) fn write_data_file(path: &Path, size: u64, content: &Content) -> anyhow::Result<()> {
     let mut f = File::create(path).with_context(|| format!("creating {}", path.display()))?;
     let mut buf = vec![0u8; CHUNK];
     let mut off = 0;
@@ -269,9 +269,8 @@ pub(super) fn direct_store(b: &Bench, path: &Path, create: bool) -> anyhow::Resu
     match open(IoMode::Direct) {
         Ok(s) => Ok(s),
         Err(StoreError::DirectUnsupported { .. }) => {
-            b.progress.println(format!(
-                "{}: note: {} refuses O_DIRECT; quire reads it buffered",
-                b.suite,
+            b.note(format!(
+                "note: {} refuses O_DIRECT; quire reads it buffered",
                 path.display()
             ));
             Ok(open(IoMode::Buffered)?)
@@ -387,8 +386,8 @@ fn run(b: &mut Bench) -> anyhow::Result<()> {
         size >> 20,
         scratch.describe()
     ));
-    b.progress.println(format!(
-        "read: data file of {} MiB in {}",
+    b.note(format!(
+        "data file of {} MiB in {}",
         size >> 20,
         scratch.describe()
     ));

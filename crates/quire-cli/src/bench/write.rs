@@ -42,8 +42,8 @@ pub const SUITE: Suite = Suite {
 fn run(b: &mut Bench) -> anyhow::Result<()> {
     let size = file_size(b.quick());
     let scratch = Scratch::new("write")?;
-    b.progress.println(format!(
-        "write: files of {} MiB in {}",
+    b.note(format!(
+        "files of {} MiB in {}",
         size >> 20,
         scratch.describe()
     ));

@@ -1,0 +1,715 @@
+//! Suite `evict`: what reclaim keeps in memory, and what it costs, against the clock it
+//! replaced, the kernel's own page cache under the same budget, and the optimum.
+//!
+//! The budget is 64 MiB (16 MiB with `--quick`); the suite writes its data files (about 16×
+//! the budget in all) into a fresh directory under `/var/tmp` (see `read.rs`), read by quire
+//! through `O_DIRECT` stores so that every miss is real I/O, and removes them at the end.
+//!
+//! Variants of each case:
+//! - `clock`: [`ReclaimPolicy::Clock`], the reclaim quire had before (the "before" column);
+//! - `lru`: LRU lists and background reclaim, workingset detection off;
+//! - `lru-workingset`: the default (the "after" column);
+//! - `kernel`: the same accesses as buffered reads by a child process in a memory cgroup (v1)
+//!   limited to the same budget (`kernel.rs`); "skipped: why" where that cannot be had;
+//! - `opt`: Belady's optimal replacement over the same page trace, with room for the budget
+//!   (the ceiling; where threads run side by side their traces are merged in turn).
+//!
+//! A hit ratio is the share of page reads not read from storage: `1 - bytes read from storage /
+//! bytes asked for`, from the store's count for quire and from `read_bytes` of `/proc/*/io` for
+//! the kernel.
+//!
+//! Cases:
+//! - `zipf`: a file 4× the budget, random 4 KiB reads with Zipf skew 0.99 over its pages (a
+//!   fixed shuffle puts the hot pages all over the file), 2 threads with fixed seeds; three
+//!   budgets' worth of accesses per thread to warm up, then the measured ones. `hit_ratio`,
+//!   `iops`.
+//! - `scan`: a hot set of half the budget, read twice in shuffled order (so that it is in use),
+//!   then read at random by one thread while another reads a file 4× the budget once, in 1 MiB
+//!   reads: `hot_hit_ratio` while the scan runs.
+//! - `loop`: a file 1.25× the budget read from start to end in 1 MiB reads again and again; the
+//!   first pass fills the cache, the next ones are measured: `hit_ratio`, `mb_per_s`.
+//! - `switch`: two files of 0.8× the budget, each read from start to end four times in a row,
+//!   in turns (A, B, A, B): the working set changes while each fits in the budget — the case
+//!   workingset detection is for (the kernel's thrash-detection patches measured this kind of
+//!   transition). The first turn warms up; `hit_ratio` over the other three.
+//! - `readonce`: one reader per CPU (2), each reading its own file of 5× the budget once in
+//!   1 MiB reads (vm-scalability's `lru-file-readonce`): `mb_per_s`, and for quire
+//!   `direct_reclaims_per_gib` and `direct_reclaims_per_alloc` (allocations that had to reclaim
+//!   themselves, per folio allocated).
+//! - `shadow-memory`: 100× a 16 MiB budget (4 MiB with `--quick`) streamed through order-0
+//!   folios from a store whose bytes are computed, not stored; the most heap the index nodes
+//!   held at any moment, sampled every 4 MiB (`index_heap_bytes_per_budget_byte`: nodes ×
+//!   their 576 bytes), with the shadow shrinker (`shrinker`) and without (`no-shrinker`).
+
+mod kernel;
+mod workload;
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Barrier};
+use std::time::Instant;
+
+use anyhow::ensure;
+use quire::filemap::{CacheConfig, CachedFile, PageCache};
+use quire::stats::Event;
+use quire::vmscan::ReclaimPolicy;
+
+use super::read::{direct_store, drop_kernel_cache, write_data_file, Content, Scratch, CHUNK};
+use super::{Bench, Suite};
+use workload::{interleave, opt_ratio, permutation, uniform_trace, zipf_trace, CountingStore};
+
+pub use kernel::child_main;
+
+pub const SUITE: Suite = Suite {
+    name: "evict",
+    about: "reclaim: zipf, scan, loop, readonce, shadow memory; clock vs LRU vs workingset vs the kernel vs OPT",
+    steps,
+    run,
+};
+
+/// Bytes in a page.
+pub(crate) const PAGE: usize = 4096;
+
+/// Reader threads of the `zipf` and `readonce` cases.
+const THREADS: usize = 2;
+
+/// The quire variants, in the order they run, with their reclaim policy and workingset switch.
+const QUIRE: [(&str, ReclaimPolicy, bool); 3] = [
+    ("clock", ReclaimPolicy::Clock, false),
+    ("lru", ReclaimPolicy::Lru, false),
+    ("lru-workingset", ReclaimPolicy::Lru, true),
+];
+
+/// Sizes of one run.
+struct Sizes {
+    budget: u64,
+    /// Accesses per thread measured in `zipf`.
+    zipf_ops: usize,
+    /// Passes measured in `loop`.
+    loop_passes: usize,
+    /// The `shadow-memory` budget.
+    shadow_budget: u64,
+}
+
+impl Sizes {
+    fn new(quick: bool) -> Sizes {
+        if quick {
+            Sizes {
+                budget: 16 << 20,
+                zipf_ops: 40_000,
+                loop_passes: 3,
+                shadow_budget: 4 << 20,
+            }
+        } else {
+            Sizes {
+                budget: 64 << 20,
+                zipf_ops: 160_000,
+                loop_passes: 4,
+                shadow_budget: 16 << 20,
+            }
+        }
+    }
+
+    fn pages(&self) -> usize {
+        (self.budget / PAGE as u64) as usize
+    }
+}
+
+fn steps(_quick: bool) -> u64 {
+    // Files, then zipf/scan/loop/switch (3 quire + kernel + opt each), readonce (3 + kernel),
+    // shadow-memory (2).
+    1 + 4 * 5 + 4 + 2
+}
+
+/// The suite's data files.
+struct Files {
+    /// 4× the budget: `zipf`, and the stream of `scan`.
+    big: PathBuf,
+    /// Half the budget: the hot set of `scan`.
+    hot: PathBuf,
+    /// 1.25× the budget: `loop`.
+    looped: PathBuf,
+    /// 5× the budget each: `readonce`.
+    once: [PathBuf; THREADS],
+    /// 0.8× the budget each: `switch`.
+    switch: [PathBuf; 2],
+}
+
+/// Passes over one file per turn of `switch`, and its turns.
+const SWITCH_PASSES: usize = 4;
+const SWITCH_TURNS: usize = 4;
+
+fn run(b: &mut Bench) -> anyhow::Result<()> {
+    let sz = Sizes::new(b.quick());
+    let scratch = Scratch::new("evict")?;
+    b.step(&format!("writing data files in {}", scratch.describe()));
+    let files = Files {
+        big: scratch.path("big"),
+        hot: scratch.path("hot"),
+        looped: scratch.path("loop"),
+        once: [scratch.path("once-0"), scratch.path("once-1")],
+        switch: [scratch.path("switch-a"), scratch.path("switch-b")],
+    };
+    let content = Content::new();
+    let mb = |x: u64| (x / CHUNK as u64).max(1) * CHUNK as u64;
+    write_data_file(&files.big, mb(4 * sz.budget), &content)?;
+    write_data_file(&files.hot, mb(sz.budget / 2), &content)?;
+    write_data_file(&files.looped, mb(sz.budget * 5 / 4), &content)?;
+    for f in &files.once {
+        write_data_file(f, mb(5 * sz.budget), &content)?;
+    }
+    for f in &files.switch {
+        write_data_file(f, mb(sz.budget * 4 / 5), &content)?;
+    }
+    for case in ["zipf", "scan", "loop", "switch", "readonce"] {
+        b.compare(case, "clock", "lru-workingset");
+    }
+    b.compare("shadow-memory", "no-shrinker", "shrinker");
+    zipf_case(b, &sz, &files)?;
+    scan_case(b, &sz, &files)?;
+    loop_case(b, &sz, &files)?;
+    switch_case(b, &sz, &files)?;
+    readonce_case(b, &sz, &files)?;
+    shadow_case(b, &sz)?;
+    Ok(())
+}
+
+fn config(budget: u64, policy: ReclaimPolicy, workingset: bool) -> CacheConfig {
+    let mut cfg = CacheConfig::new(budget as usize);
+    cfg.reclaim = policy;
+    cfg.workingset = workingset;
+    cfg
+}
+
+/// An O_DIRECT store over `path` that counts what it reads, opened in a new cache.
+fn open_counted(
+    b: &Bench,
+    cache: &PageCache,
+    path: &Path,
+) -> anyhow::Result<(CachedFile, Arc<CountingStore<quire::store::FileStore>>)> {
+    let store = Arc::new(CountingStore::new(direct_store(b, path, false)?));
+    let file = cache.open(store.clone())?;
+    Ok((file, store))
+}
+
+/// Reads page `p` of `file` into `buf` and checks its tag.
+fn read_checked(file: &CachedFile, p: u32, buf: &mut [u8]) -> anyhow::Result<()> {
+    let off = u64::from(p) * PAGE as u64;
+    file.read_exact_at(off, buf)?;
+    ensure!(Content::check_tags(off, buf), "wrong bytes at {off}");
+    Ok(())
+}
+
+/// The kernel variant of a case: `spec` run by a child in a fresh memory cgroup, after the
+/// files' pages were dropped from the kernel's cache; `None` (with the reason printed) where
+/// no memory cgroup can be had.
+fn kernel_run(
+    b: &Bench,
+    case: &str,
+    spec: impl FnOnce(PathBuf) -> kernel::Spec,
+) -> anyhow::Result<Option<kernel::Outcome>> {
+    let memcg = match kernel::Memcg::create(case) {
+        Ok(m) => m,
+        Err(why) => {
+            b.note(format!("{case} / kernel: skipped: {why}"));
+            return Ok(None);
+        }
+    };
+    let spec = spec(memcg.path().to_path_buf());
+    for f in &spec.files {
+        drop_kernel_cache(&File::open(f)?)?;
+    }
+    let outcome = kernel::run(&spec)?;
+    // What the kernel's page cache could use: the limit, less what the child held when it set
+    // it (its threads and buffers), which the budget does not count.
+    b.note(format!(
+        "{case} / kernel: cgroup limit {:.2} MiB for a {:.0} MiB budget",
+        outcome.limit as f64 / (1 << 20) as f64,
+        spec.budget as f64 / (1 << 20) as f64
+    ));
+    Ok(Some(outcome))
+}
+
+fn hit_ratio(read_bytes: u64, asked_bytes: u64) -> f64 {
+    1.0 - read_bytes as f64 / asked_bytes.max(1) as f64
+}
+
+// ---- zipf ---------------------------------------------------------------------------------
+
+fn zipf_case(b: &mut Bench, sz: &Sizes, files: &Files) -> anyhow::Result<()> {
+    let pages = 4 * sz.pages();
+    let warm = 3 * sz.pages();
+    let traces: Vec<Vec<u32>> = (0..THREADS)
+        .map(|t| zipf_trace(pages, warm + sz.zipf_ops, t))
+        .collect();
+    let asked = (THREADS * sz.zipf_ops * PAGE) as u64;
+    for (variant, policy, ws) in QUIRE {
+        b.step(&format!("zipf / {variant}"));
+        let cache = PageCache::new(config(sz.budget, policy, ws))?;
+        let (file, store) = open_counted(b, &cache, &files.big)?;
+        let warmed = Barrier::new(THREADS + 1);
+        let go = Barrier::new(THREADS + 1);
+        let (read, secs) = std::thread::scope(|s| -> anyhow::Result<(u64, f64)> {
+            let handles: Vec<_> = traces
+                .iter()
+                .map(|trace| {
+                    let (file, warmed, go) = (&file, &warmed, &go);
+                    s.spawn(move || -> anyhow::Result<()> {
+                        let mut buf = vec![0u8; PAGE];
+                        for &p in &trace[..warm] {
+                            read_checked(file, p, &mut buf)?;
+                        }
+                        warmed.wait();
+                        go.wait();
+                        for &p in &trace[warm..] {
+                            read_checked(file, p, &mut buf)?;
+                        }
+                        Ok(())
+                    })
+                })
+                .collect();
+            warmed.wait();
+            let before = store.bytes_read();
+            let t0 = Instant::now();
+            go.wait();
+            for h in handles {
+                h.join().expect("zipf reader panicked")?;
+            }
+            Ok((store.bytes_read() - before, t0.elapsed().as_secs_f64()))
+        })?;
+        b.record(
+            "zipf",
+            variant,
+            THREADS,
+            "hit_ratio",
+            hit_ratio(read, asked),
+            "ratio",
+        );
+        b.record(
+            "zipf",
+            variant,
+            THREADS,
+            "iops",
+            (THREADS * sz.zipf_ops) as f64 / secs,
+            "1/s",
+        );
+    }
+    b.step("zipf / kernel");
+    let big = files.big.clone();
+    let (budget, ops) = (sz.budget, sz.zipf_ops);
+    if let Some(o) = kernel_run(b, "zipf", |cgroup| kernel::Spec {
+        case: "zipf".into(),
+        cgroup,
+        budget,
+        files: vec![big],
+        warm,
+        ops,
+        threads: THREADS,
+        skip: 0,
+    })? {
+        b.record(
+            "zipf",
+            "kernel",
+            THREADS,
+            "hit_ratio",
+            hit_ratio(o.read_bytes, asked),
+            "ratio",
+        );
+        b.record(
+            "zipf",
+            "kernel",
+            THREADS,
+            "iops",
+            o.ops as f64 / o.elapsed_s,
+            "1/s",
+        );
+    }
+    b.step("zipf / opt");
+    let merged = interleave(&traces.iter().map(Vec::as_slice).collect::<Vec<_>>());
+    let opt = opt_ratio(&merged, sz.pages(), THREADS * warm);
+    b.record("zipf", "opt", THREADS, "hit_ratio", opt, "ratio");
+    Ok(())
+}
+
+// ---- scan ---------------------------------------------------------------------------------
+
+/// Hot-set passes before the scan starts.
+const HOT_PASSES: usize = 2;
+
+fn scan_case(b: &mut Bench, sz: &Sizes, files: &Files) -> anyhow::Result<()> {
+    let hot_pages = sz.pages() / 2;
+    let warm: Vec<u32> = (0..HOT_PASSES)
+        .flat_map(|pass| permutation(hot_pages, 0xB0 + pass as u64))
+        .collect();
+    let trace = uniform_trace(hot_pages, 1 << 24, 0x5CA);
+    for (variant, policy, ws) in QUIRE {
+        b.step(&format!("scan / {variant}"));
+        let cache = PageCache::new(config(sz.budget, policy, ws))?;
+        let (hot, hot_store) = open_counted(b, &cache, &files.hot)?;
+        let (stream, _) = open_counted(b, &cache, &files.big)?;
+        let mut buf = vec![0u8; PAGE];
+        for &p in &warm {
+            read_checked(&hot, p, &mut buf)?;
+        }
+        let done = AtomicBool::new(false);
+        let (ops, read) = std::thread::scope(|s| -> anyhow::Result<(u64, u64)> {
+            let streamer = s.spawn(|| -> anyhow::Result<()> {
+                let mut buf = vec![0u8; CHUNK];
+                let mut off = 0;
+                while off < stream.len() {
+                    let n = stream.read_at(off, &mut buf)?;
+                    ensure!(
+                        n > 0 && Content::check_tags(off, &buf[..n]),
+                        "stream at {off}"
+                    );
+                    off += n as u64;
+                }
+                done.store(true, Ordering::Relaxed);
+                Ok(())
+            });
+            let before = hot_store.bytes_read();
+            let mut n = 0u64;
+            for &p in &trace {
+                if done.load(Ordering::Relaxed) {
+                    break;
+                }
+                read_checked(&hot, p, &mut buf)?;
+                n += 1;
+            }
+            let read = hot_store.bytes_read() - before;
+            done.store(true, Ordering::Relaxed);
+            streamer.join().expect("streamer panicked")?;
+            Ok((n, read))
+        })?;
+        b.record(
+            "scan",
+            variant,
+            2,
+            "hot_hit_ratio",
+            hit_ratio(read, ops * PAGE as u64),
+            "ratio",
+        );
+    }
+    b.step("scan / kernel");
+    let fs = vec![files.hot.clone(), files.big.clone()];
+    if let Some(o) = kernel_run(b, "scan", |cgroup| kernel::Spec {
+        case: "scan".into(),
+        cgroup,
+        budget: sz.budget,
+        files: fs,
+        warm: HOT_PASSES,
+        ops: 0,
+        threads: 2,
+        skip: 0,
+    })? {
+        let ratio = hit_ratio(o.read_bytes, o.ops * PAGE as u64);
+        b.record("scan", "kernel", 2, "hot_hit_ratio", ratio, "ratio");
+    }
+    b.step("scan / opt");
+    // The hot reader and the stream one page each in turn; hot pages are numbered apart from
+    // the stream's.
+    let stream_pages = (4 * sz.budget / PAGE as u64) as u32;
+    let hot_trace: Vec<u32> = trace[..stream_pages as usize]
+        .iter()
+        .map(|&p| p + stream_pages)
+        .collect();
+    let stream_trace: Vec<u32> = (0..stream_pages).collect();
+    let warm_trace: Vec<u32> = warm.iter().map(|&p| p + stream_pages).collect();
+    let mut merged = warm_trace.clone();
+    merged.extend(interleave(&[&hot_trace, &stream_trace]));
+    let hits = workload::opt_hits(&merged, sz.pages());
+    let (mut h, mut n) = (0usize, 0usize);
+    for (i, &p) in merged.iter().enumerate().skip(warm_trace.len()) {
+        if p >= stream_pages {
+            n += 1;
+            h += usize::from(hits[i]);
+        }
+    }
+    b.record(
+        "scan",
+        "opt",
+        2,
+        "hot_hit_ratio",
+        h as f64 / n.max(1) as f64,
+        "ratio",
+    );
+    Ok(())
+}
+
+// ---- loop ---------------------------------------------------------------------------------
+
+/// Reads the whole file from start to end in 1 MiB reads, checking the tags; returns the bytes.
+fn read_through(file: &CachedFile, buf: &mut [u8]) -> anyhow::Result<u64> {
+    let mut off = 0;
+    while off < file.len() {
+        let n = file.read_at(off, buf)?;
+        ensure!(
+            n > 0 && Content::check_tags(off, &buf[..n]),
+            "read at {off}"
+        );
+        off += n as u64;
+    }
+    Ok(off)
+}
+
+fn loop_case(b: &mut Bench, sz: &Sizes, files: &Files) -> anyhow::Result<()> {
+    for (variant, policy, ws) in QUIRE {
+        b.step(&format!("loop / {variant}"));
+        let cache = PageCache::new(config(sz.budget, policy, ws))?;
+        let (file, store) = open_counted(b, &cache, &files.looped)?;
+        let mut buf = vec![0u8; CHUNK];
+        read_through(&file, &mut buf)?;
+        let before = store.bytes_read();
+        let t0 = Instant::now();
+        let mut asked = 0;
+        for _ in 0..sz.loop_passes {
+            asked += read_through(&file, &mut buf)?;
+        }
+        let secs = t0.elapsed().as_secs_f64();
+        let read = store.bytes_read() - before;
+        b.record(
+            "loop",
+            variant,
+            1,
+            "hit_ratio",
+            hit_ratio(read, asked),
+            "ratio",
+        );
+        b.record(
+            "loop",
+            variant,
+            1,
+            "mb_per_s",
+            asked as f64 / secs / (1 << 20) as f64,
+            "MiB/s",
+        );
+    }
+    b.step("loop / kernel");
+    let f = files.looped.clone();
+    if let Some(o) = kernel_run(b, "loop", |cgroup| kernel::Spec {
+        case: "loop".into(),
+        cgroup,
+        budget: sz.budget,
+        files: vec![f],
+        warm: 0,
+        ops: sz.loop_passes,
+        threads: 1,
+        skip: 1,
+    })? {
+        b.record(
+            "loop",
+            "kernel",
+            1,
+            "hit_ratio",
+            hit_ratio(o.read_bytes, o.ops),
+            "ratio",
+        );
+        let mbps = o.ops as f64 / o.elapsed_s / (1 << 20) as f64;
+        b.record("loop", "kernel", 1, "mb_per_s", mbps, "MiB/s");
+    }
+    b.step("loop / opt");
+    let pages = (std::fs::metadata(&files.looped)?.len() / PAGE as u64) as u32;
+    let trace: Vec<u32> = (0..=sz.loop_passes).flat_map(|_| 0..pages).collect();
+    let opt = opt_ratio(&trace, sz.pages(), pages as usize);
+    b.record("loop", "opt", 1, "hit_ratio", opt, "ratio");
+    Ok(())
+}
+
+// ---- switch -------------------------------------------------------------------------------
+
+fn switch_case(b: &mut Bench, sz: &Sizes, files: &Files) -> anyhow::Result<()> {
+    for (variant, policy, ws) in QUIRE {
+        b.step(&format!("switch / {variant}"));
+        let cache = PageCache::new(config(sz.budget, policy, ws))?;
+        let opened: Vec<_> = files
+            .switch
+            .iter()
+            .map(|p| open_counted(b, &cache, p))
+            .collect::<anyhow::Result<_>>()?;
+        let mut buf = vec![0u8; CHUNK];
+        let (mut asked, mut read, mut secs) = (0, 0, 0.0);
+        for turn in 0..SWITCH_TURNS {
+            let (file, store) = &opened[turn % 2];
+            let before = store.bytes_read();
+            let t0 = Instant::now();
+            let mut n = 0;
+            for _ in 0..SWITCH_PASSES {
+                n += read_through(file, &mut buf)?;
+            }
+            if turn > 0 {
+                secs += t0.elapsed().as_secs_f64();
+                asked += n;
+                read += store.bytes_read() - before;
+            }
+        }
+        b.record(
+            "switch",
+            variant,
+            1,
+            "hit_ratio",
+            hit_ratio(read, asked),
+            "ratio",
+        );
+        b.record(
+            "switch",
+            variant,
+            1,
+            "mb_per_s",
+            asked as f64 / secs / (1 << 20) as f64,
+            "MiB/s",
+        );
+    }
+    b.step("switch / kernel");
+    let fs = files.switch.to_vec();
+    if let Some(o) = kernel_run(b, "switch", |cgroup| kernel::Spec {
+        case: "switch".into(),
+        cgroup,
+        budget: sz.budget,
+        files: fs,
+        warm: SWITCH_TURNS,
+        ops: SWITCH_PASSES,
+        threads: 1,
+        skip: 1,
+    })? {
+        b.record(
+            "switch",
+            "kernel",
+            1,
+            "hit_ratio",
+            hit_ratio(o.read_bytes, o.ops),
+            "ratio",
+        );
+        let mbps = o.ops as f64 / o.elapsed_s / (1 << 20) as f64;
+        b.record("switch", "kernel", 1, "mb_per_s", mbps, "MiB/s");
+    }
+    b.step("switch / opt");
+    let pages = (std::fs::metadata(&files.switch[0])?.len() / PAGE as u64) as u32;
+    let mut trace = Vec::new();
+    for turn in 0..SWITCH_TURNS as u32 {
+        let base = (turn % 2) * pages;
+        for _ in 0..SWITCH_PASSES {
+            trace.extend(base..base + pages);
+        }
+    }
+    let opt = opt_ratio(&trace, sz.pages(), SWITCH_PASSES * pages as usize);
+    b.record("switch", "opt", 1, "hit_ratio", opt, "ratio");
+    Ok(())
+}
+
+// ---- readonce -----------------------------------------------------------------------------
+
+fn readonce_case(b: &mut Bench, sz: &Sizes, files: &Files) -> anyhow::Result<()> {
+    for (variant, policy, ws) in QUIRE {
+        b.step(&format!("readonce / {variant}"));
+        let cache = PageCache::new(config(sz.budget, policy, ws))?;
+        let handles: Vec<_> = files
+            .once
+            .iter()
+            .map(|p| open_counted(b, &cache, p).map(|(f, _)| f))
+            .collect::<anyhow::Result<_>>()?;
+        let before = cache.stats().vmstat;
+        let t0 = Instant::now();
+        let total = std::thread::scope(|s| -> anyhow::Result<u64> {
+            let readers: Vec<_> = handles
+                .iter()
+                .map(|f| {
+                    s.spawn(move || -> anyhow::Result<u64> {
+                        let mut buf = vec![0u8; CHUNK];
+                        read_through(f, &mut buf)
+                    })
+                })
+                .collect();
+            let mut total = 0;
+            for r in readers {
+                total += r.join().expect("reader panicked")?;
+            }
+            Ok(total)
+        })?;
+        let secs = t0.elapsed().as_secs_f64();
+        let ev = cache.stats().vmstat.since(&before);
+        let gib = total as f64 / (1u64 << 30) as f64;
+        let direct = ev.get(Event::DirectReclaims) as f64;
+        b.record(
+            "readonce",
+            variant,
+            THREADS,
+            "mb_per_s",
+            total as f64 / secs / (1 << 20) as f64,
+            "MiB/s",
+        );
+        b.record(
+            "readonce",
+            variant,
+            THREADS,
+            "direct_reclaims_per_gib",
+            direct / gib,
+            "1/GiB",
+        );
+        let allocs = ev.get(Event::FolioAllocs).max(1) as f64;
+        b.record(
+            "readonce",
+            variant,
+            THREADS,
+            "direct_reclaims_per_alloc",
+            direct / allocs,
+            "ratio",
+        );
+    }
+    b.step("readonce / kernel");
+    let fs = files.once.to_vec();
+    if let Some(o) = kernel_run(b, "readonce", |cgroup| kernel::Spec {
+        case: "readonce".into(),
+        cgroup,
+        budget: sz.budget,
+        files: fs,
+        warm: 0,
+        ops: 0,
+        threads: THREADS,
+        skip: 0,
+    })? {
+        let mbps = o.ops as f64 / o.elapsed_s / (1 << 20) as f64;
+        b.record("readonce", "kernel", THREADS, "mb_per_s", mbps, "MiB/s");
+    }
+    Ok(())
+}
+
+// ---- shadow-memory ------------------------------------------------------------------------
+
+fn shadow_case(b: &mut Bench, sz: &Sizes) -> anyhow::Result<()> {
+    let budget = sz.shadow_budget;
+    let len = 100 * budget;
+    for (variant, shrinker) in [("no-shrinker", false), ("shrinker", true)] {
+        b.step(&format!("shadow-memory / {variant}"));
+        let mut cfg = CacheConfig::new(budget as usize);
+        cfg.max_folio_order = 0;
+        cfg.readahead_max = 0;
+        cfg.io_threads = 0;
+        cfg.shadow_shrinker = shrinker;
+        let cache = PageCache::new(cfg)?;
+        let file = cache.open(workload::SyntheticStore::new(len))?;
+        let mut buf = vec![0u8; 64 << 10];
+        let mut off = 0;
+        let mut peak = 0usize;
+        while off < len {
+            let n = file.read_at(off, &mut buf)?;
+            ensure!(n > 0, "short read at {off}");
+            let first = u64::from_le_bytes(buf[..8].try_into().expect("8 bytes"));
+            ensure!(first == off, "wrong bytes at {off}");
+            off += n as u64;
+            if off % (4 << 20) == 0 {
+                peak = peak.max(cache.stats().index_heap_bytes);
+            }
+        }
+        peak = peak.max(cache.stats().index_heap_bytes);
+        b.record(
+            "shadow-memory",
+            variant,
+            1,
+            "index_heap_bytes_per_budget_byte",
+            peak as f64 / budget as f64,
+            "ratio",
+        );
+    }
+    Ok(())
+}
