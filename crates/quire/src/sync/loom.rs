@@ -14,6 +14,15 @@ pub use std::sync::atomic::{
     fence, AtomicBool, AtomicI64, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering,
 };
 
+/// The mutex protocols are written against (loom's under `--cfg loom`, so that a model sees
+/// its lock order).
+#[cfg(loom)]
+pub use loom::sync::{Mutex, MutexGuard};
+/// The mutex protocols are written against (loom's under `--cfg loom`, so that a model sees
+/// its lock order).
+#[cfg(not(loom))]
+pub use std::sync::{Mutex, MutexGuard};
+
 /// Tells the processor (or, under loom, the model's scheduler) that this thread is spinning.
 #[inline]
 pub fn spin_loop() {

@@ -17,7 +17,8 @@
 //! published in atomics for lock-free readers (the refault test, watermarks, statistics).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard};
+
+use crate::sync::loom::{Mutex, MutexGuard};
 
 use crate::mem::folio::{Folio, ACTIVE, ANON, LRU, UNEVICTABLE};
 use crate::mem::pool::FramePool;

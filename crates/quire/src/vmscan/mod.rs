@@ -272,4 +272,75 @@ impl Vmscan {
 }
 
 pub(crate) use kswapd::Balance;
+
+/// The LRU protocol's pieces, public under `--cfg loom` for the models in
+/// `tests/loom_lru.rs`: batches, unlinking by an owner, isolation and putback by reclaim.
+#[cfg(loom)]
+pub mod model {
+    use std::ptr::NonNull;
+
+    use super::{Lru, ReclaimPolicy, VmConfig, Vmscan};
+    use crate::mem::folio::{Folio, FolioRef};
+    use crate::mem::pool::FramePool;
+
+    /// One cache's reclaim state, with no background thread.
+    pub struct Model(Vmscan);
+
+    impl Model {
+        /// LRU policy, workingset on.
+        pub fn new(frames: usize) -> Model {
+            Model(Vmscan::new(VmConfig {
+                policy: ReclaimPolicy::Lru,
+                workingset: true,
+                shadow_shrinker: false,
+                frames,
+                wait_policy: crate::sync::bitwait::WaitPolicy::Exact,
+                alloc_timeout: std::time::Duration::from_secs(1),
+            }))
+        }
+
+        /// `folio_add_lru`.
+        pub fn lru_add(&self, pool: &FramePool, folio: &Folio) {
+            self.0.lru_add(pool, folio);
+        }
+
+        /// An add entry left over from an earlier life of the descriptor.
+        pub fn queue_stale_add(&self, pool: &FramePool, folio: &Folio) {
+            self.0.queue_stale_add(pool, folio);
+        }
+
+        /// What an owner does when it removes a folio: `mapping` to 0, then unlink.
+        pub fn remove(&self, pool: &FramePool, folio: &Folio) {
+            folio.set_mapping(0);
+            self.0.lru_del(pool, folio);
+        }
+
+        /// `lru_add_drain_all`.
+        pub fn drain_all(&self, pool: &FramePool) {
+            self.0.drain_all(pool);
+        }
+
+        /// Isolates the tail folio of `lru` as reclaim does (a reference, off the list).
+        pub fn isolate<'p>(&self, pool: &'p FramePool, lru: Lru) -> Option<FolioRef<'p>> {
+            let mut g = self.0.lruvec.lock(pool);
+            let f = g.tail(lru)?;
+            if !f.try_get() {
+                return None;
+            }
+            g.del(f);
+            // SAFETY: `try_get` gave us a counted reference on this descriptor of `pool`.
+            Some(unsafe { pool.ref_from_raw(NonNull::from(f)) })
+        }
+
+        /// Reclaim's putback.
+        pub fn putback(&self, pool: &FramePool, folio: FolioRef<'_>) {
+            self.0.putback(pool, vec![folio]);
+        }
+
+        /// Checks the lists; every listed folio must have an owner.
+        pub fn check(&self, pool: &FramePool) -> Result<(), String> {
+            self.0.check_lists(pool, &|f| f.mapping() != 0)
+        }
+    }
+}
 pub(crate) use reclaim::NoMemory;

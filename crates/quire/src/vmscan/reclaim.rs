@@ -114,7 +114,7 @@ impl Vmscan {
 
     /// Links the folios back (each onto the list its flags name, at the head) unless their
     /// owner removed them meanwhile, then puts the references.
-    fn putback(&self, pool: &FramePool, folios: Vec<FolioRef<'_>>) {
+    pub(crate) fn putback(&self, pool: &FramePool, folios: Vec<FolioRef<'_>>) {
         if folios.is_empty() {
             return;
         }

@@ -46,7 +46,6 @@
 //! [`super::workingset`]).
 
 use std::ptr::NonNull;
-use std::sync::Mutex;
 
 use crossbeam_utils::CachePadded;
 
@@ -55,6 +54,7 @@ use crate::mem::buddy::thread_number;
 use crate::mem::folio::{Folio, ACTIVE, HEAD, LRU, LRU_PENDING, REFERENCED, UNEVICTABLE};
 use crate::mem::pool::FramePool;
 use crate::stats::Event;
+use crate::sync::loom::{Mutex, MutexGuard};
 
 /// Folios per batch, as the kernel's `PAGEVEC_SIZE`.
 pub(crate) const BATCH: usize = 15;
@@ -113,11 +113,13 @@ impl Batches {
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
         let n = (2 * cpus).next_power_of_two().clamp(2, 64);
         Batches {
-            shards: (0..n).map(|_| CachePadded::new(Mutex::default())).collect(),
+            shards: (0..n)
+                .map(|_| CachePadded::new(Mutex::new(Shard::default())))
+                .collect(),
         }
     }
 
-    fn mine(&self) -> std::sync::MutexGuard<'_, Shard> {
+    fn mine(&self) -> MutexGuard<'_, Shard> {
         self.shards[thread_number() % self.shards.len()]
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -193,6 +195,13 @@ impl Vmscan {
             return;
         }
         self.queue(pool, Op::Rotate, folio);
+    }
+
+    /// Queues an add entry for `folio` without marking it pending: what an entry left over
+    /// from an earlier life of the descriptor looks like (for the loom models).
+    #[cfg(loom)]
+    pub(crate) fn queue_stale_add(&self, pool: &FramePool, folio: &Folio) {
+        self.queue(pool, Op::Add, folio);
     }
 
     /// Queues `folio` for `op`; applies the batch when it is full.
