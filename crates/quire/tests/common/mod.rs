@@ -184,3 +184,70 @@ fn walkdir(p: &std::path::Path) -> Vec<std::path::PathBuf> {
     }
     out
 }
+
+/// Frames on all of a cache's LRU lists together.
+pub fn lru_total(s: &quire::filemap::CacheStats) -> usize {
+    s.lru_frames.iter().sum()
+}
+
+/// Polls `cond` every millisecond until it holds; panics with `what` (and the last `describe()`)
+/// if it does not within `limit`. For conditions a background thread (the flusher, background
+/// reclaim) makes true shortly.
+#[track_caller]
+pub fn wait_for(
+    what: &str,
+    limit: Duration,
+    mut cond: impl FnMut() -> bool,
+    describe: impl Fn() -> String,
+) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(
+            start.elapsed() < limit,
+            "{what}: not within {limit:?}: {}",
+            describe()
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Aborts the process unless dropped within `limit`: a test that hangs (a deadlock, an
+/// allocation that never gives up) must fail rather than stall the suite; a panic in a
+/// watchdog thread could not stop the stuck threads. Dropping it (also while unwinding from a
+/// failed assertion) disarms it.
+pub struct Watchdog(Arc<std::sync::atomic::AtomicBool>);
+
+impl Watchdog {
+    /// Arms a watchdog named `what`.
+    pub fn arm(limit: Duration, what: &'static str) -> Watchdog {
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let d = done.clone();
+        std::thread::spawn(move || {
+            let start = Instant::now();
+            while !d.load(std::sync::atomic::Ordering::Acquire) {
+                if start.elapsed() > limit {
+                    eprintln!("{what}: not finished after {limit:?}: hung");
+                    std::process::abort();
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        });
+        Watchdog(done)
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::Release);
+    }
+}
+
+/// Sets the flag when dropped: put one in a thread scope's closure, so that a failed assertion
+/// there stops the scope's looping threads (the scope joins them before it passes the panic on).
+pub struct StopOnDrop<'a>(pub &'a std::sync::atomic::AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
