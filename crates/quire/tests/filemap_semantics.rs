@@ -20,7 +20,7 @@ use quire::filemap::{CacheConfig, CachedFile, FilemapError, PageCache, MAX_FILE_
 use quire::stats::{self, Event};
 use quire::store::{self, MemStore, Store};
 
-use common::{pattern, quiet_config, same, PAGE};
+use common::{check_no_leak, pattern, quiet_config, same, PAGE};
 
 /// Reads the whole file (and checks that a read at its end returns nothing).
 fn read_all(f: &CachedFile) -> Vec<u8> {
@@ -605,8 +605,7 @@ fn files_share_one_budget() {
     same(&read_all(&b), &b_data, "bytes");
     drop(b);
     eventually("both files to go", || cache.stats().files == 0);
-    let s = cache.stats();
-    assert_eq!((s.free_frames, s.cached_frames), (s.frames, 0));
+    check_no_leak(&cache, "both files gone");
 }
 
 #[test]

@@ -52,6 +52,20 @@ pub(crate) struct Mapping {
     this: Weak<Mapping>,
 }
 
+/// How many times [`Mapping::invalidate`] tries a folio that someone else holds a reference
+/// to before leaving it cached (16 yields, then 100 µs sleeps: about 5 ms in all).
+const INVALIDATE_TRIES: usize = 64;
+
+/// What one attempt to drop a folio from the page cache did.
+enum Invalidated {
+    /// Removed; it held this many frames.
+    Freed(usize),
+    /// Not removable: gone, dirty, under write-back or no longer this mapping's.
+    Kept,
+    /// Held by a reference other than the index's and the caller's.
+    Busy,
+}
+
 /// How [`Mapping::remove_folio`] puts the index's reference.
 pub(crate) enum IndexRef<'f, 'g, 'p> {
     /// Drop it (the caller holds another reference: its guard).
@@ -456,9 +470,10 @@ impl Mapping {
         }
         let end = size.min(offset + buf.len() as u64);
         let last = (end - 1) >> FRAME_SHIFT;
-        // A read that continues in the folio the previous one ended in does not mark it again
-        // (the kernel's `filemap_read`): reading a large folio in small pieces is one use.
-        let prev = ra.last_read();
+        // A read that starts in the folio this thread's previous read through this handle ended
+        // in does not mark it again (the kernel's `filemap_read`): reading a large folio in
+        // small pieces is one use.
+        let prev_end = ra.swap_read_end(end);
         let mut pos = offset;
         while pos < end {
             let index = pos >> FRAME_SHIFT;
@@ -467,9 +482,11 @@ impl Mapping {
                 break;
             };
             let first = f.index();
-            if pos != offset
-                || !prev.is_some_and(|p| p >= first && p - first < f.nr_frames() as u64)
-            {
+            let continues = prev_end.is_some_and(|e| {
+                let p = e.wrapping_sub(1) >> FRAME_SHIFT;
+                e > 0 && p >= first && p - first < f.nr_frames() as u64
+            });
+            if pos != offset || !continues {
                 self.mark_accessed(&f);
             }
             let start = f.index() << FRAME_SHIFT;
@@ -763,30 +780,55 @@ impl Mapping {
                 let _ = self.pages.cmpxchg(index, Some(Entry::Value(v)), None);
                 continue;
             }
-            let Some(f) = self.find_get(index) else {
-                continue;
-            };
-            let Ok(mut g) = f.try_lock_with(self.policy()) else {
-                continue;
-            };
-            if !self.still_mapped(&g, index) || g.is_dirty() || g.is_writeback() {
-                continue;
-            }
-            let frames = g.nr_frames();
-            // SAFETY: mapped, so the index owns one raw reference, unused during the freeze.
-            let Some(mut frozen) = (unsafe { g.freeze(1) }) else {
-                continue;
-            };
-            let folio = frozen.folio();
-            if folio.flags() & (DIRTY | WRITEBACK) != 0 {
-                // Made dirty again by a failed write-back that ended meanwhile: keep it.
-                continue;
-            }
-            if self.remove_folio(folio, None, IndexRef::Frozen(&mut frozen)) {
-                freed += frames;
+            // Reclaim (kswapd or a direct reclaimer) and the flusher hold a folio for moments
+            // at a time: an extra reference or the lock seen here is usually theirs, so the
+            // drop is retried a bounded number of times before the folio is left to its user.
+            for attempt in 0..INVALIDATE_TRIES {
+                match self.try_invalidate(index) {
+                    Invalidated::Freed(frames) => freed += frames,
+                    Invalidated::Kept => {}
+                    Invalidated::Busy if attempt + 1 < INVALIDATE_TRIES => {
+                        if attempt < 16 {
+                            std::thread::yield_now();
+                        } else {
+                            std::thread::sleep(std::time::Duration::from_micros(100));
+                        }
+                        continue;
+                    }
+                    Invalidated::Busy => {}
+                }
+                break;
             }
         }
         freed
+    }
+
+    /// One attempt of [`Mapping::invalidate`] at `index`.
+    fn try_invalidate(&self, index: u64) -> Invalidated {
+        let Some(f) = self.find_get(index) else {
+            return Invalidated::Kept;
+        };
+        // Waits for the lock: whoever holds it (a reclaimer, a reader filling the folio)
+        // lets go without waiting on anything this thread holds.
+        let mut g = f.lock_with(self.policy());
+        if !self.still_mapped(&g, index) || g.is_dirty() || g.is_writeback() {
+            return Invalidated::Kept;
+        }
+        let frames = g.nr_frames();
+        // SAFETY: mapped, so the index owns one raw reference, unused during the freeze.
+        let Some(mut frozen) = (unsafe { g.freeze(1) }) else {
+            return Invalidated::Busy;
+        };
+        let folio = frozen.folio();
+        if folio.flags() & (DIRTY | WRITEBACK) != 0 {
+            // Made dirty again by a failed write-back that ended meanwhile: keep it.
+            return Invalidated::Kept;
+        }
+        if self.remove_folio(folio, None, IndexRef::Frozen(&mut frozen)) {
+            Invalidated::Freed(frames)
+        } else {
+            Invalidated::Kept
+        }
     }
 
     /// Replaces the locked folio `g` by the shadow entry `shadow` computes, if it is still

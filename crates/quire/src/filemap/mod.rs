@@ -279,6 +279,9 @@ pub struct CacheStats {
     pub cached_frames: usize,
     /// Frames of dirty folios.
     pub dirty_frames: usize,
+    /// Frames of folios under write-back (`NR_WRITEBACK`); with `dirty_frames`, what the dirty
+    /// limit counts.
+    pub writeback_frames: usize,
     /// Files open (mappings alive).
     pub files: usize,
     /// Frames on each LRU list, indexed by [`Lru`] (all zero under the clock policy).
@@ -319,6 +322,8 @@ pub(crate) struct Cache {
     cached: AtomicUsize,
     /// Frames of dirty folios.
     dirty: AtomicUsize,
+    /// Frames of folios under write-back.
+    writeback: AtomicUsize,
     /// Reclaim: the LRU lists, workingset, background reclaim.
     vm: Vmscan,
     workers: workers::Workers,
@@ -436,6 +441,7 @@ impl PageCache {
             next_id: AtomicUsize::new(1),
             cached: AtomicUsize::new(0),
             dirty: AtomicUsize::new(0),
+            writeback: AtomicUsize::new(0),
             vm,
             workers: workers::Workers::new(),
             config,
@@ -493,6 +499,7 @@ impl PageCache {
             free_frames: c.pool.free_frames(),
             cached_frames: c.cached.load(Ordering::Relaxed),
             dirty_frames: c.dirty.load(Ordering::Relaxed),
+            writeback_frames: c.writeback.load(Ordering::Relaxed),
             files: mappings.len(),
             lru_frames: c.vm.list_sizes(),
             index_nodes,

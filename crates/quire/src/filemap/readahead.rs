@@ -190,6 +190,34 @@ impl Readahead {
         (prev != u64::MAX).then_some(prev)
     }
 
+    /// Records that this thread's read through this handle ended at byte `end` (exclusive) and
+    /// returns where its previous one ended, if this thread remembers it.
+    ///
+    /// The kernel keeps this position (`file_ra_state::prev_pos`) in the shared `struct file`
+    /// and writes it on every read; here it lives in a few thread-local slots keyed by the
+    /// handle, so that threads sharing a handle for random hits never write a shared line, and
+    /// random hits in between cannot leave a stale position behind (the sequential position
+    /// [`Readahead::last_read`] does not move on random hits, so it cannot serve here).
+    #[inline]
+    pub fn swap_read_end(&self, end: u64) -> Option<u64> {
+        let key = self as *const Readahead as usize;
+        READ_ENDS.with(|slots| {
+            let mut s = slots.get();
+            let found = s.ends.iter().position(|&(k, _)| k == key);
+            let (slot, prev) = match found {
+                Some(i) => (i, Some(s.ends[i].1)),
+                None => {
+                    let i = s.next as usize % READ_END_SLOTS;
+                    s.next = s.next.wrapping_add(1);
+                    (i, None)
+                }
+            };
+            s.ends[slot] = (key, end);
+            slots.set(s);
+            prev
+        })
+    }
+
     fn locked(&self) -> std::sync::MutexGuard<'_, RaState> {
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let prev = self.prev.load(Ordering::Relaxed);
@@ -210,6 +238,24 @@ impl Readahead {
     pub fn on_marker(&self, first: u64, last: u64) -> Option<RaWindow> {
         self.locked().on_marker(first, last)
     }
+}
+
+/// Handles per thread whose last read end [`Readahead::swap_read_end`] remembers.
+const READ_END_SLOTS: usize = 4;
+
+/// A thread's last read ends: `(handle address, end byte)` pairs, replaced round robin. A handle
+/// dropped and another allocated at its address inherits a stale end, which can only skip one
+/// access marking: harmless.
+#[derive(Clone, Copy)]
+struct ReadEnds {
+    ends: [(usize, u64); READ_END_SLOTS],
+    next: u8,
+}
+
+thread_local! {
+    static READ_ENDS: std::cell::Cell<ReadEnds> = const {
+        std::cell::Cell::new(ReadEnds { ends: [(0, 0); READ_END_SLOTS], next: 0 })
+    };
 }
 
 /// Cuts `[start, start + nr)` into naturally aligned pieces of order at most `max_order`,

@@ -92,6 +92,9 @@ impl Mapping {
         if !g.clear_dirty() {
             return Ok(());
         }
+        // Counted under write-back before it leaves the dirty count, so the dirty limit never
+        // sees these frames in neither.
+        self.cache.writeback.fetch_add(frames, Ordering::Relaxed);
         self.cache.dirty.fetch_sub(frames, Ordering::Relaxed);
         g.start_writeback();
         {
@@ -124,6 +127,7 @@ impl Mapping {
             }
         }
         self.set_mark_if_mapped(&f, index, WRITEBACK_MARK, false);
+        self.cache.writeback.fetch_sub(frames, Ordering::Relaxed);
         // Reclaim was waiting for this write-back: the folio goes to the inactive tail, to be
         // reclaimed next (unless the write failed and it is dirty again).
         if f.clear_reclaim() {
@@ -199,15 +203,16 @@ impl Mapping {
             return Ok(());
         }
         cache.workers.kick_flusher();
+        // The limit counts frames under write-back too (the kernel's NR_FILE_DIRTY +
+        // NR_WRITEBACK): a write-back in flight may fail and leave its folio dirty again.
         let limit = cache.dirty_limit_frames();
-        if dirty < limit {
+        let held = || cache.dirty.load(Ordering::Relaxed) + cache.writeback.load(Ordering::Relaxed);
+        if held() < limit {
             return Ok(());
         }
-        cache
-            .workers
-            .throttle(|| cache.dirty.load(Ordering::Relaxed) < limit);
+        cache.workers.throttle(|| held() < limit);
         let errno = self.wb_failing.load(Ordering::Relaxed);
-        if errno != 0 && cache.dirty.load(Ordering::Relaxed) >= limit {
+        if errno != 0 && held() >= limit {
             return Err(FilemapError::DirtyLimit { errno });
         }
         Ok(())
