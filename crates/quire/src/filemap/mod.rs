@@ -84,8 +84,10 @@ pub const WRITEBACK_MARK: Mark = Mark::M1;
 /// Bytes in a page (a base frame).
 pub const PAGE_SIZE: u64 = 1 << FRAME_SHIFT;
 
-/// The largest byte offset a cached file may reach (the store's limit).
-pub const MAX_FILE_SIZE: u64 = crate::store::MAX_OFFSET;
+/// The largest length a cached file may have: the store's limit rounded down to a whole page,
+/// so that write-back, which writes whole pages to stores that need aligned requests, never
+/// goes past the store's limit with a page the cache accepted.
+pub const MAX_FILE_SIZE: u64 = crate::store::MAX_OFFSET & !(PAGE_SIZE - 1);
 
 /// How a [`PageCache`] is set up. Sizes are in bytes.
 #[derive(Clone, Debug)]
@@ -137,7 +139,7 @@ impl CacheConfig {
 /// Errors of the page cache. Nothing cached is lost when one is returned.
 #[derive(Debug, thiserror::Error)]
 pub enum FilemapError {
-    /// `offset + len` is past [`MAX_FILE_SIZE`] (or overflows).
+    /// `offset + len` is past [`MAX_FILE_SIZE`] (or overflows): `EFBIG` for a file system.
     #[error("offset {offset} with length {len} is past the largest file offset")]
     Overflow {
         /// The offset asked for.
@@ -179,9 +181,8 @@ impl FilemapError {
     /// The error's [`io::ErrorKind`].
     pub fn kind(&self) -> io::ErrorKind {
         match self {
-            FilemapError::Overflow { .. } | FilemapError::Config(_) | FilemapError::Index(_) => {
-                io::ErrorKind::InvalidInput
-            }
+            FilemapError::Overflow { .. } => io::ErrorKind::FileTooLarge,
+            FilemapError::Config(_) | FilemapError::Index(_) => io::ErrorKind::InvalidInput,
             FilemapError::Store(e) => e.kind(),
             FilemapError::Writeback { errno } => io::Error::from_raw_os_error(*errno).kind(),
             FilemapError::Pool(_) | FilemapError::NoMemory { .. } => io::ErrorKind::OutOfMemory,
