@@ -496,6 +496,21 @@ impl CachedFile {
         self.sync_range(0, u64::MAX)
     }
 
+    /// Writes back every dirty folio of the file and waits for all write-back, then reports a
+    /// write-back error recorded since this handle last reported one — [`CachedFile::fsync`]
+    /// without syncing the store: the data has reached the store, not stable storage (what
+    /// NFS does when a file is closed, so that `close` can report the error).
+    pub fn flush(&self) -> Result<()> {
+        let written = self.mapping.write_back_range(0, u64::MAX, true);
+        let mut since = self.since.lock().unwrap();
+        if let Some(errno) = self.mapping.errseq.check_and_advance(&mut since) {
+            return Err(FilemapError::Writeback {
+                errno: i32::from(errno),
+            });
+        }
+        written
+    }
+
     /// [`CachedFile::fsync`] for the bytes `offset .. offset + len` only (the store is still
     /// synced whole).
     pub fn sync_range(&self, offset: u64, len: u64) -> Result<()> {
