@@ -334,7 +334,7 @@ fn the_daemons_memory_stays_within_its_budget_while_fio_reads_four_times_as_much
     // The file is made in the source directly: 4× the budget.
     let f = fs::File::create(dir.path("src/big")).unwrap();
     let chunk = random_bytes(1 << 20, 9);
-    for _ in 0..(4 * BUDGET >> 20) {
+    for _ in 0..((4 * BUDGET) >> 20) {
         use std::io::Write;
         (&f).write_all(&chunk).unwrap();
     }
