@@ -147,6 +147,8 @@ fn redirect_stdio() {
 
 /// Builds the file system and serves it; `ready` runs once mounted.
 fn run(a: &MountArgs, ready: impl FnOnce()) -> anyhow::Result<()> {
+    // Before the page cache starts its threads: they must not take the stop signals.
+    quire_fuse::mount::block_stop_signals().context("blocking the stop signals")?;
     let mut opts = MountOptions::new(format!("quire:{}", a.src.display()));
     if let Some(t) = a.threads {
         opts.threads = t.max(1);

@@ -170,19 +170,24 @@ impl FileData {
         *self.last_write.lock()
     }
 
-    /// Makes sure the backing file has room for bytes up to `end` (for a write that ends
-    /// there): reserves the missing part with `fallocate(KEEP_SIZE)` the first time. `ENOSPC`
-    /// (or `EDQUOT`) comes back here, at write time, as Linux reports a full disk at `write`.
-    pub fn reserve(&self, end: u64) -> Result<(), rustix::io::Errno> {
+    /// Makes sure the backing file has room for a write of `offset .. end` that extends the
+    /// file: reserves the part past what was reserved (or the file's length) with
+    /// `fallocate(KEEP_SIZE)`, so that `ENOSPC` (or `EDQUOT`) comes back here, at write time,
+    /// as Linux reports a full disk at `write`. Only the written bytes are reserved, not a hole
+    /// before them; a later write into such a hole, or into a hole of the file as it was,
+    /// learns of a full disk at write-back (`fsync`/`close`), as on file systems that do not
+    /// reserve.
+    pub fn reserve(&self, offset: u64, end: u64) -> Result<(), rustix::io::Errno> {
         let have = self.reserved.load(Ordering::Acquire);
         if end <= have || !self.can_reserve.load(Ordering::Relaxed) {
             return Ok(());
         }
+        let from = offset.max(have);
         match rustix::fs::fallocate(
             self.backing.fd(),
             FallocateFlags::KEEP_SIZE,
-            have,
-            end - have,
+            from,
+            end - from,
         ) {
             Ok(()) => {
                 self.reserved.fetch_max(end, Ordering::AcqRel);

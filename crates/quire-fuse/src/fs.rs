@@ -753,6 +753,14 @@ impl FsState {
 
     // ---- extended attributes -----------------------------------------------------------------
 
+    /// Notes a change of `ident`'s metadata made through the mount (link count, ctime), so
+    /// that the next open does not take it for a change behind the mount.
+    fn restamp(&self, ident: &Identity) {
+        if let Some(f) = self.files.get(ident) {
+            f.backing.restamp();
+        }
+    }
+
     /// Runs an xattr call on the node's file through `/proc/self/fd/N` of an `O_PATH`
     /// descriptor (symbolic links hold no user attributes: `EPERM`/`ENODATA` as Linux says).
     fn xattr_path(&self, node: &Node) -> R<(OwnedFd, PathBuf)> {
@@ -990,6 +998,7 @@ impl Filesystem for QuireFs {
         );
         if let Some(Some(ident)) = gone {
             s.files.forget_closed(&ident);
+            s.restamp(&ident);
         }
         reply.ok();
     }
@@ -1054,6 +1063,12 @@ impl Filesystem for QuireFs {
         };
         let (_, od) = tri!(self, reply, s.parent_dentry(parent));
         let (_, nd) = tri!(self, reply, s.parent_dentry(newparent));
+        // A rename changes the files' ctime: note it as a change made through the mount.
+        let moved: Vec<Identity> = [(&od, name), (&nd, newname)]
+            .into_iter()
+            .filter_map(|(d, n)| s.nodes.dcache().lookup_stat(d, n).ok())
+            .filter_map(|(d, _)| d.identity())
+            .collect();
         tri!(
             self,
             reply,
@@ -1062,6 +1077,9 @@ impl Filesystem for QuireFs {
                 .rename_at2(&od, name, &nd, newname, mode)
                 .map_err(|e| errno::of_dcache(&e))
         );
+        for ident in &moved {
+            s.restamp(ident);
+        }
         reply.ok();
     }
 
@@ -1099,6 +1117,7 @@ impl Filesystem for QuireFs {
                 }
             })
         );
+        s.restamp(&node.ident);
         reply.entry(&s.cfg.ttl, &attr, Generation(0));
     }
 
@@ -1264,7 +1283,11 @@ impl Filesystem for QuireFs {
         );
         tri!(self, reply, s.check_size(end));
         if s.cfg.reserve_space {
-            tri!(self, reply, h.file.reserve(end).map_err(errno::of_sys));
+            tri!(
+                self,
+                reply,
+                h.file.reserve(offset, end).map_err(errno::of_sys)
+            );
         }
         match h.cf.write_at(offset, data) {
             Ok(n) => {

@@ -78,10 +78,26 @@ fn stop_signals() -> libc::sigset_t {
     }
 }
 
+/// Blocks SIGINT, SIGTERM and SIGHUP in the calling thread, so that every thread it starts from
+/// now on inherits the mask and only [`serve`]'s signal thread receives them. Call it before
+/// anything starts a thread (the page cache starts its flusher and readahead threads when it is
+/// made): a stop signal delivered to a thread that does not block it would kill the daemon
+/// without writing back.
+pub fn block_stop_signals() -> io::Result<()> {
+    let set = stop_signals();
+    // SAFETY: a valid set, and no previous mask wanted back.
+    let rc = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+    if rc != 0 {
+        return Err(io::Error::from_raw_os_error(rc));
+    }
+    Ok(())
+}
+
 /// Mounts `fs` at `mountpoint` and serves it until it is unmounted; on SIGINT, SIGTERM or
 /// SIGHUP, runs `on_stop` (write everything back) and unmounts (lazily if the mount is busy,
 /// so the daemon serves what is still open and exits when the last user goes). `ready` runs
-/// once the mount is in place.
+/// once the mount is in place. The stop signals must have been blocked with
+/// [`block_stop_signals`] before any thread was started.
 pub fn serve<FS: Filesystem>(
     fs: FS,
     mountpoint: &Path,
@@ -90,14 +106,8 @@ pub fn serve<FS: Filesystem>(
     ready: impl FnOnce(),
 ) -> io::Result<()> {
     raise_nofile_limit();
+    block_stop_signals()?;
     let set = stop_signals();
-    // Blocked here, so every thread started from now on (fuser's, quire's) inherits the mask
-    // and only the signal thread below receives them.
-    // SAFETY: a valid set, and no previous mask wanted back.
-    let rc = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
-    if rc != 0 {
-        return Err(io::Error::from_raw_os_error(rc));
-    }
     let mut session = fuser::Session::new(fs, mountpoint, &opts.fuser_config())?;
     let mut unmounter = session.unmount_callable();
     let mnt = mountpoint.to_path_buf();
