@@ -1671,8 +1671,13 @@ impl Filesystem for QuireFs {
                 let len = f.main.len();
                 // Through the cache first (zeros where the range lies inside the file), written
                 // back, then the blocks freed in the backing file: cached and stored bytes agree.
+                // A range larger than ZERO_THROUGH_CACHE is not zeroed through the cache: its
+                // data is written back, the blocks freed, and the file's cached clean data
+                // dropped (folios a reader holds at that moment keep their old bytes for it).
+                const ZERO_THROUGH_CACHE: u64 = 64 << 20;
                 let zero_end = end.min(len);
-                let mut at = offset;
+                let coarse = zero_end.saturating_sub(offset) > ZERO_THROUGH_CACHE;
+                let mut at = if coarse { zero_end } else { offset };
                 let zeros = vec![0u8; 1 << 20];
                 while at < zero_end {
                     let n = ((zero_end - at) as usize).min(zeros.len());
@@ -1701,6 +1706,9 @@ impl Filesystem for QuireFs {
                     rustix::fs::fallocate(f.backing.fd(), flags, offset, length)
                         .map_err(errno::of_sys)
                 );
+                if coarse {
+                    let _ = f.main.invalidate();
+                }
                 if !punch && !keep && end > len {
                     tri!(
                         self,
