@@ -6,6 +6,7 @@
 //! mails did.
 
 mod dcache;
+mod fuse;
 mod harness;
 mod lockref;
 mod pagelock;
@@ -39,6 +40,7 @@ pub const SUITES: &[Suite] = &[
     read::SUITE,
     write::SUITE,
     dcache::SUITE,
+    fuse::SUITE,
 ];
 
 /// One figure.
