@@ -1166,15 +1166,28 @@ impl Filesystem for QuireFs {
         };
         let base = OFlags::CREATE | excl | OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         let perm = Mode::from_raw_mode(mode & 0o7777);
-        let (d, mut st, fd) = tri!(
+        // Made here (O_EXCL), or — without O_EXCL asked — the file that already has the name;
+        // only a file made here gets the caller's owner.
+        let open = |dir: BorrowedFd<'_>, name: &OsStr, flags: OFlags| match rustix::fs::openat(
+            dir,
+            name,
+            flags | OFlags::DIRECT,
+            perm,
+        ) {
+            Err(rustix::io::Errno::INVAL) => rustix::fs::openat(dir, name, flags, perm),
+            r => r,
+        };
+        let (d, mut st, (fd, made)) = tri!(
             self,
             reply,
             s.nodes
                 .dcache()
                 .make_at(&pd, name, |dir, name| {
-                    match rustix::fs::openat(dir, name, base | OFlags::DIRECT, perm) {
-                        Err(rustix::io::Errno::INVAL) => rustix::fs::openat(dir, name, base, perm),
-                        r => r,
+                    match open(dir, name, base | OFlags::EXCL) {
+                        Err(rustix::io::Errno::EXIST) if excl.is_empty() => {
+                            open(dir, name, base & !OFlags::CREATE).map(|fd| (fd, false))
+                        }
+                        r => r.map(|fd| (fd, true)),
                     }
                 })
                 .map_err(|e| errno::of_dcache(&e))
@@ -1184,7 +1197,7 @@ impl Filesystem for QuireFs {
             reply.error(Errno::EISDIR);
             return;
         }
-        if st.stx_size == 0 || excl == OFlags::EXCL {
+        if made {
             s.chown_new(req, &pnode, fd.as_fd(), &mut st);
         }
         let path = s.nodes.dcache().path_of(&d);

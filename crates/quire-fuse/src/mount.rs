@@ -54,10 +54,23 @@ impl MountOptions {
     }
 }
 
-/// Raises the soft limit on open descriptors to the hard one (directories and open files each
-/// hold one).
+/// Raises the limit on open descriptors (cached directories and open files each hold one): to
+/// the system's maximum (`fs.nr_open`) where the daemon may (root), else the soft limit to the
+/// hard one.
 pub fn raise_nofile_limit() {
-    use rustix::process::{getrlimit, setrlimit, Resource};
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    let nr_open = std::fs::read_to_string("/proc/sys/fs/nr_open")
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok());
+    if let Some(n) = nr_open {
+        let all = Rlimit {
+            current: Some(n),
+            maximum: Some(n),
+        };
+        if setrlimit(Resource::Nofile, all).is_ok() {
+            return;
+        }
+    }
     let mut l = getrlimit(Resource::Nofile);
     if l.current < l.maximum {
         l.current = l.maximum;
