@@ -438,3 +438,110 @@ pub fn is_eof(e: &FilemapError) -> bool {
         })
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use quire::filemap::CacheConfig;
+    use rustix::fs::{openat, Mode, OFlags, CWD};
+    use std::path::Path;
+
+    fn opened(path: &Path) -> Opened {
+        let fd = openat(CWD, path, OFlags::RDWR | OFlags::CLOEXEC, Mode::empty()).unwrap();
+        Opened {
+            fd,
+            writable: true,
+            path: path.to_path_buf(),
+        }
+    }
+
+    fn ident(path: &Path) -> Identity {
+        let st = rustix::fs::statx(CWD, path, AtFlags::empty(), StatxFlags::BASIC_STATS).unwrap();
+        Identity::from_statx(&st)
+    }
+
+    fn temp(tag: &str) -> std::path::PathBuf {
+        let p = std::env::temp_dir().join(format!("quire-files-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_file(&p);
+        p
+    }
+
+    #[test]
+    fn a_kept_file_is_reused_until_it_changes_behind_the_mount() {
+        let p = temp("kept");
+        std::fs::write(&p, b"0123456789").unwrap();
+        let files = Files::new(PageCache::new(CacheConfig::new(1 << 20)).unwrap(), 8);
+        let id = ident(&p);
+        let a = files.open(id, || Ok(opened(&p))).unwrap();
+        let mut b = [0u8; 4];
+        a.main.read_exact_at(0, &mut b).unwrap();
+        a.main.write_at(10, b"ab").unwrap();
+        a.main.flush().unwrap();
+        files.release(&a);
+        // Kept, with its data: the next open does not open the file again.
+        let again = files
+            .open(id, || panic!("the kept mapping is reused"))
+            .unwrap();
+        assert!(Arc::ptr_eq(&a, &again), "our own write-back is not a change behind us");
+        assert_eq!(again.main.len(), 12);
+        files.release(&again);
+        // Changed behind the mount: dropped and made anew from the file as it is.
+        std::fs::write(&p, b"xyz").unwrap();
+        let fresh = files.open(id, || Ok(opened(&p))).unwrap();
+        assert!(!Arc::ptr_eq(&a, &fresh));
+        assert_eq!(fresh.main.len(), 3);
+        assert_eq!(files.revalidated.load(Ordering::Relaxed), 1);
+        files.release(&fresh);
+        std::fs::remove_file(&p).unwrap();
+    }
+
+    #[test]
+    fn an_open_file_changed_behind_the_mount_drops_its_cached_data() {
+        let p = temp("open");
+        std::fs::write(&p, vec![7u8; 64 << 10]).unwrap();
+        let files = Files::new(PageCache::new(CacheConfig::new(1 << 20)).unwrap(), 8);
+        let id = ident(&p);
+        let a = files.open(id, || Ok(opened(&p))).unwrap();
+        let mut buf = vec![0u8; 64 << 10];
+        a.main.read_exact_at(0, &mut buf).unwrap();
+        assert!(a.main.cached_frames() > 0);
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&p)
+            .unwrap()
+            .set_len(0)
+            .unwrap();
+        let b = files.open(id, || panic!("still open: reused")).unwrap();
+        assert!(Arc::ptr_eq(&a, &b));
+        // The data was dropped; the stale length finds the file shorter: no invented zeros.
+        assert_eq!(a.main.read_at(0, &mut buf).map_err(|e| is_eof(&e)), Err(true));
+        files.release(&a);
+        files.release(&b);
+        std::fs::remove_file(&p).unwrap();
+    }
+
+    #[test]
+    fn only_the_last_closed_files_are_kept() {
+        let files = Files::new(PageCache::new(CacheConfig::new(1 << 20)).unwrap(), 2);
+        let paths: Vec<_> = (0..4).map(|i| temp(&format!("lru{i}"))).collect();
+        for p in &paths {
+            std::fs::write(p, b"x").unwrap();
+            let f = files.open(ident(p), || Ok(opened(p))).unwrap();
+            f.main.write_at(1, b"y").unwrap();
+            files.release(&f);
+        }
+        assert_eq!(files.len(), 2, "the two oldest were dropped");
+        for p in &paths[..2] {
+            assert!(files.get(&ident(p)).is_none());
+            // Written back before they went.
+            assert_eq!(std::fs::read(p).unwrap(), b"xy");
+        }
+        assert!(files.get(&ident(&paths[3])).is_some());
+        files.close_all().unwrap();
+        assert!(files.is_empty());
+        for p in &paths {
+            assert_eq!(std::fs::read(p).unwrap(), b"xy");
+            std::fs::remove_file(p).unwrap();
+        }
+    }
+}

@@ -7,7 +7,8 @@
 //!
 //! Enough of the protocol for fio and `stat`: lookup/forget, getattr/setattr (size, mode,
 //! times), open/create/read/write/flush/release/fsync, readdir, unlink, mkdir, statfs. Nodes are
-//! backing inode numbers, each with an `O_PATH` descriptor (as libfuse's `passthrough_ll`).
+//! backing inode numbers; directories hold an `O_PATH` descriptor, files are reached by name in
+//! theirs (as quire's dentry cache does), so a tree of 50 000 files needs no 50 000 descriptors.
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -32,9 +33,48 @@ use crate::errno::of_sys;
 /// A directory's entries: name, inode number, type.
 type Listing = Vec<(Vec<u8>, u64, FileType)>;
 
+/// A node: a directory with its `O_PATH` descriptor, or a file by its name in its directory
+/// (one descriptor per directory, as quire's dentry cache holds; this passthrough has no rename,
+/// so names stay true).
 struct PNode {
-    fd: OwnedFd,
+    fd: Option<OwnedFd>,
+    parent: Option<Arc<PNode>>,
+    name: std::ffi::OsString,
     lookups: AtomicU64,
+}
+
+impl PNode {
+    /// The directory's descriptor (`ENOTDIR` for a file).
+    fn dir(&self) -> Result<&OwnedFd, Errno> {
+        self.fd.as_ref().ok_or(Errno::ENOTDIR)
+    }
+
+    fn stat(&self) -> rustix::io::Result<rustix::fs::Statx> {
+        match (&self.fd, &self.parent) {
+            (Some(fd), _) => fstat(fd),
+            (None, Some(p)) => rustix::fs::statx(
+                p.fd.as_ref().expect("a parent is a directory"),
+                &self.name,
+                AtFlags::SYMLINK_NOFOLLOW,
+                StatxFlags::BASIC_STATS,
+            ),
+            (None, None) => Err(rustix::io::Errno::STALE),
+        }
+    }
+
+    /// Opens the node's file with `flags` (never following a final symbolic link).
+    fn open(&self, flags: OFlags) -> rustix::io::Result<OwnedFd> {
+        match (&self.fd, &self.parent) {
+            (Some(fd), _) => rustix::fs::openat(fd, ".", flags | OFlags::CLOEXEC, Mode::empty()),
+            (None, Some(p)) => rustix::fs::openat(
+                p.fd.as_ref().expect("a parent is a directory"),
+                &self.name,
+                flags | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::empty(),
+            ),
+            (None, None) => Err(rustix::io::Errno::STALE),
+        }
+    }
 }
 
 /// The passthrough file system.
@@ -118,7 +158,9 @@ impl Passthrough {
         let st = fstat(&fd)?;
         Ok(Passthrough {
             root: Arc::new(PNode {
-                fd,
+                fd: Some(fd),
+                parent: None,
+                name: ".".into(),
                 lookups: AtomicU64::new(1),
             }),
             root_ino: st.stx_ino,
@@ -146,16 +188,11 @@ impl Passthrough {
         self.nodes.lock().get(&id.0).cloned().ok_or(Errno::ESTALE)
     }
 
-    fn remember(&self, fd: OwnedFd, st: &rustix::fs::Statx) -> FileAttr {
+    fn remember(&self, node: PNode, st: &rustix::fs::Statx) -> FileAttr {
         let id = self.id(st.stx_ino);
         if id != 1 {
             let mut nodes = self.nodes.lock();
-            let n = nodes.entry(id).or_insert_with(|| {
-                Arc::new(PNode {
-                    fd,
-                    lookups: AtomicU64::new(0),
-                })
-            });
+            let n = nodes.entry(id).or_insert_with(|| Arc::new(node));
             n.lookups.fetch_add(1, Ordering::Relaxed);
         }
         attr(id, st)
@@ -163,15 +200,34 @@ impl Passthrough {
 
     fn lookup_at(&self, parent: INodeNo, name: &OsStr) -> Result<FileAttr, Errno> {
         let p = self.node(parent)?;
-        let fd = rustix::fs::openat(
-            &p.fd,
+        let dir = p.dir()?;
+        let st = rustix::fs::statx(
+            dir,
             name,
-            OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::empty(),
+            AtFlags::SYMLINK_NOFOLLOW,
+            StatxFlags::BASIC_STATS,
         )
         .map_err(of_sys)?;
-        let st = fstat(&fd).map_err(of_sys)?;
-        Ok(self.remember(fd, &st))
+        let fd = if u32::from(st.stx_mode) & libc::S_IFMT == libc::S_IFDIR {
+            Some(
+                rustix::fs::openat(
+                    dir,
+                    name,
+                    OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                    Mode::empty(),
+                )
+                .map_err(of_sys)?,
+            )
+        } else {
+            None
+        };
+        let node = PNode {
+            fd,
+            parent: Some(p.clone()),
+            name: name.to_os_string(),
+            lookups: AtomicU64::new(0),
+        };
+        Ok(self.remember(node, &st))
     }
 
     fn file(&self, fh: FileHandle) -> Result<Arc<OwnedFd>, Errno> {
@@ -211,7 +267,7 @@ impl Filesystem for Passthrough {
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         let n = tri!(reply, self.node(ino));
-        let st = tri!(reply, fstat(&n.fd).map_err(of_sys));
+        let st = tri!(reply, n.stat().map_err(of_sys));
         reply.attr(&self.ttl, &attr(ino.0, &st));
     }
 
@@ -234,7 +290,8 @@ impl Filesystem for Passthrough {
         reply: ReplyAttr,
     ) {
         let n = tri!(reply, self.node(ino));
-        let p = proc_path(&n.fd);
+        let opath = tri!(reply, n.open(OFlags::PATH).map_err(of_sys));
+        let p = proc_path(&opath);
         if let Some(size) = size {
             let r = match fh.and_then(|fh| self.file(fh).ok()) {
                 Some(f) => rustix::fs::ftruncate(&*f, size),
@@ -287,7 +344,7 @@ impl Filesystem for Passthrough {
                 rustix::fs::utimensat(CWD, p.as_str(), &times, AtFlags::empty()).map_err(of_sys)
             );
         }
-        let st = tri!(reply, fstat(&n.fd).map_err(of_sys));
+        let st = tri!(reply, n.stat().map_err(of_sys));
         reply.attr(&self.ttl, &attr(ino.0, &st));
     }
 
@@ -303,7 +360,9 @@ impl Filesystem for Passthrough {
         let p = tri!(reply, self.node(parent));
         tri!(
             reply,
-            rustix::fs::mkdirat(&p.fd, name, Mode::from_raw_mode(mode & 0o7777)).map_err(of_sys)
+            p.dir()
+                .and_then(|d| rustix::fs::mkdirat(d, name, Mode::from_raw_mode(mode & 0o7777))
+                    .map_err(of_sys))
         );
         let a = tri!(reply, self.lookup_at(parent, name));
         reply.entry(&self.ttl, &a, Generation(0));
@@ -313,7 +372,8 @@ impl Filesystem for Passthrough {
         let p = tri!(reply, self.node(parent));
         tri!(
             reply,
-            rustix::fs::unlinkat(&p.fd, name, AtFlags::empty()).map_err(of_sys)
+            p.dir()
+                .and_then(|d| rustix::fs::unlinkat(d, name, AtFlags::empty()).map_err(of_sys))
         );
         reply.ok();
     }
@@ -322,16 +382,7 @@ impl Filesystem for Passthrough {
         let n = tri!(reply, self.node(ino));
         let fl = OFlags::from_bits_retain(flags.0 as u32)
             & !(OFlags::CREATE | OFlags::EXCL | OFlags::NOCTTY | OFlags::TRUNC | OFlags::DIRECT);
-        let fd = tri!(
-            reply,
-            rustix::fs::openat(
-                CWD,
-                proc_path(&n.fd).as_str(),
-                fl | OFlags::CLOEXEC,
-                Mode::empty()
-            )
-            .map_err(of_sys)
-        );
+        let fd = tri!(reply, n.open(fl).map_err(of_sys));
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
         self.files.lock().insert(fh, Arc::new(fd));
         reply.opened(FileHandle(fh), self.fopen());
@@ -349,10 +400,11 @@ impl Filesystem for Passthrough {
     ) {
         let p = tri!(reply, self.node(parent));
         let fl = OFlags::from_bits_retain(flags as u32) & !(OFlags::NOCTTY | OFlags::DIRECT);
+        let dir = tri!(reply, p.dir());
         let fd = tri!(
             reply,
             rustix::fs::openat(
-                &p.fd,
+                dir,
                 name,
                 fl | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC,
                 Mode::from_raw_mode(mode & 0o7777),
@@ -472,13 +524,7 @@ impl Filesystem for Passthrough {
         let n = tri!(reply, self.node(ino));
         let fd = tri!(
             reply,
-            rustix::fs::openat(
-                &n.fd,
-                ".",
-                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-                Mode::empty()
-            )
-            .map_err(of_sys)
+            n.open(OFlags::RDONLY | OFlags::DIRECTORY).map_err(of_sys)
         );
         let mut out = Vec::new();
         let mut buf = Vec::with_capacity(32 * 1024);
@@ -535,7 +581,8 @@ impl Filesystem for Passthrough {
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        let st = tri!(reply, rustix::fs::fstatvfs(&self.root.fd).map_err(of_sys));
+        let root = tri!(reply, self.root.dir());
+        let st = tri!(reply, rustix::fs::fstatvfs(root).map_err(of_sys));
         reply.statfs(
             st.f_blocks,
             st.f_bfree,
