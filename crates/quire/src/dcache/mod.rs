@@ -838,14 +838,18 @@ impl Dcache {
         let now = self.now();
         let _ns = self.ns_read();
         let _dl = self.dir_lock(&parent);
-        let path = join(&self.path_of(&parent), nb);
+        // Paths are for errors only: made when one is returned (the hot path makes none).
+        let path = || join(&self.path_of(&parent), nb);
         if !parent.is_hashed() {
-            return Err(DcacheError::NotFound { path });
+            return Err(DcacheError::NotFound { path: path() });
         }
         if !parent.is_dir() {
-            return Err(DcacheError::NotDir { path });
+            return Err(DcacheError::NotDir { path: path() });
         }
-        let dir = self.open_dir(&parent, &path)?;
+        let dir = match self.cheap_dir_fd(&parent) {
+            Some(fd) => DirFd::Borrowed(fd),
+            None => self.open_dir(&parent, &path())?,
+        };
         match rustix::fs::statx(
             &dir,
             name,
@@ -858,9 +862,19 @@ impl Dcache {
             }
             Err(Errno::NOENT) => {
                 drop(self.install(&parent, nb, hash, None, now, None));
-                Err(DcacheError::NotFound { path })
+                Err(DcacheError::NotFound { path: path() })
             }
-            Err(e) => Err(DcacheError::from_errno(e, path)),
+            Err(e) => Err(DcacheError::from_errno(e, path())),
+        }
+    }
+
+    /// The root's descriptor, or the one `dir` keeps: a directory descriptor that needs no
+    /// system call.
+    fn cheap_dir_fd<'d>(&'d self, dir: &'d Dentry) -> Option<BorrowedFd<'d>> {
+        if dir.is_root() {
+            Some(self.root_fd.as_fd())
+        } else {
+            self.held_fd(dir)
         }
     }
 
@@ -909,14 +923,18 @@ impl Dcache {
             return Err(DcacheError::InvalidName { name: "/".into() });
         }
         let _ns = self.ns_read();
-        let path = self.path_of(d);
         if !d.is_hashed() {
-            return Err(DcacheError::NotFound { path });
+            return Err(DcacheError::NotFound {
+                path: self.path_of(d),
+            });
         }
         // Stable: the parent changes only by a rename, which holds the namespace lock.
         let parent = d.dget_parent();
         let name = d.name();
-        let dir = self.open_dir(&parent, &path)?;
+        let dir = match self.cheap_dir_fd(&parent) {
+            Some(fd) => DirFd::Borrowed(fd),
+            None => self.open_dir(&parent, &self.path_of(d))?,
+        };
         Ok(f(dir.as_fd(), &name))
     }
 
