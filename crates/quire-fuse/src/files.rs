@@ -26,7 +26,7 @@ use parking_lot::Mutex;
 use quire::dcache::Identity;
 use quire::filemap::{CachedFile, FilemapError, PageCache};
 use quire::store::{self, FileStore, Store, StoreError};
-use rustix::fs::{AtFlags, FallocateFlags, StatxFlags};
+use rustix::fs::{AtFlags, StatxFlags};
 
 /// What a file looked like: its length and its modification and change times.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -142,11 +142,6 @@ pub struct FileData {
     /// When data was last written through the mount (reported as the modification time until
     /// write-back gives the backing file a later one).
     last_write: Mutex<Option<SystemTime>>,
-    /// Space reserved in the backing file (`fallocate` with `KEEP_SIZE`) up to here, so that
-    /// a full disk is reported at `write`, not only at write-back.
-    reserved: AtomicU64,
-    /// Whether the backing file system takes `fallocate` (cleared at the first refusal).
-    can_reserve: std::sync::atomic::AtomicBool,
 }
 
 impl FileData {
@@ -168,44 +163,6 @@ impl FileData {
     /// The time of the last write through the mount, if any.
     pub fn last_write(&self) -> Option<SystemTime> {
         *self.last_write.lock()
-    }
-
-    /// Makes sure the backing file has room for a write of `offset .. end` that extends the
-    /// file: reserves the part past what was reserved (or the file's length) with
-    /// `fallocate(KEEP_SIZE)`, so that `ENOSPC` (or `EDQUOT`) comes back here, at write time,
-    /// as Linux reports a full disk at `write`. Only the written bytes are reserved, not a hole
-    /// before them; a later write into such a hole, or into a hole of the file as it was,
-    /// learns of a full disk at write-back (`fsync`/`close`), as on file systems that do not
-    /// reserve.
-    pub fn reserve(&self, offset: u64, end: u64) -> Result<(), rustix::io::Errno> {
-        let have = self.reserved.load(Ordering::Acquire);
-        if end <= have || !self.can_reserve.load(Ordering::Relaxed) {
-            return Ok(());
-        }
-        let from = offset.max(have);
-        match rustix::fs::fallocate(
-            self.backing.fd(),
-            FallocateFlags::KEEP_SIZE,
-            from,
-            end - from,
-        ) {
-            Ok(()) => {
-                self.reserved.fetch_max(end, Ordering::AcqRel);
-                self.backing.restamp();
-                Ok(())
-            }
-            Err(e @ (rustix::io::Errno::NOSPC | rustix::io::Errno::DQUOT)) => Err(e),
-            Err(_) => {
-                // Not supported here (or not for this file): write-back will report it.
-                self.can_reserve.store(false, Ordering::Relaxed);
-                Ok(())
-            }
-        }
-    }
-
-    /// The reservation is gone (the file was cut, or space was freed).
-    pub fn unreserve(&self, len: u64) {
-        self.reserved.fetch_min(len, Ordering::AcqRel);
     }
 }
 
@@ -291,7 +248,6 @@ impl Files {
     pub fn adopt(&self, ident: Identity, opened: Opened) -> Result<Arc<FileData>, fuser::Errno> {
         let store =
             FileStore::from_fd(opened.fd, opened.path).map_err(|e| crate::errno::of_store(&e))?;
-        let len = store.len().map_err(|e| crate::errno::of_store(&e))?;
         let backing = Arc::new(Backing::new(store).map_err(crate::errno::of_sys)?);
         let main = self
             .cache
@@ -304,8 +260,6 @@ impl Files {
             writable: opened.writable,
             handles: AtomicUsize::new(0),
             last_write: Mutex::new(None),
-            reserved: AtomicU64::new(len),
-            can_reserve: std::sync::atomic::AtomicBool::new(true),
         });
         let mut map = self.map.lock();
         let file = match map.get(&ident) {
@@ -482,7 +436,10 @@ mod tests {
         let again = files
             .open(id, || panic!("the kept mapping is reused"))
             .unwrap();
-        assert!(Arc::ptr_eq(&a, &again), "our own write-back is not a change behind us");
+        assert!(
+            Arc::ptr_eq(&a, &again),
+            "our own write-back is not a change behind us"
+        );
         assert_eq!(again.main.len(), 12);
         files.release(&again);
         // Changed behind the mount: dropped and made anew from the file as it is.
@@ -514,7 +471,10 @@ mod tests {
         let b = files.open(id, || panic!("still open: reused")).unwrap();
         assert!(Arc::ptr_eq(&a, &b));
         // The data was dropped; the stale length finds the file shorter: no invented zeros.
-        assert_eq!(a.main.read_at(0, &mut buf).map_err(|e| is_eof(&e)), Err(true));
+        assert_eq!(
+            a.main.read_at(0, &mut buf).map_err(|e| is_eof(&e)),
+            Err(true)
+        );
         files.release(&a);
         files.release(&b);
         std::fs::remove_file(&p).unwrap();

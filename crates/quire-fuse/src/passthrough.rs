@@ -360,9 +360,10 @@ impl Filesystem for Passthrough {
         let p = tri!(reply, self.node(parent));
         tri!(
             reply,
-            p.dir()
-                .and_then(|d| rustix::fs::mkdirat(d, name, Mode::from_raw_mode(mode & 0o7777))
-                    .map_err(of_sys))
+            p.dir().and_then(
+                |d| rustix::fs::mkdirat(d, name, Mode::from_raw_mode(mode & 0o7777))
+                    .map_err(of_sys)
+            )
         );
         let a = tri!(reply, self.lookup_at(parent, name));
         reply.entry(&self.ttl, &a, Generation(0));
