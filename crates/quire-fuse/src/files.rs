@@ -4,7 +4,7 @@
 //!
 //! # Consistency with changes made behind the mount
 //!
-//! Every write the cache makes to a backing file (write-back, a cut, a reservation) is followed
+//! Every write the cache makes to a backing file (write-back, a cut, `fallocate`) is followed
 //! by an `fstat` of it, and the file's *stamp* — size, mtime, ctime — is kept. When a file is
 //! opened through the mount, the stamp is compared with the backing file's (close-to-open, as
 //! NFS and FUSE's `auto_inval_data` do): if another program changed the file, a mapping nobody

@@ -100,7 +100,13 @@ struct Handle {
     /// This handle's own view of the mapping (its readahead state and errseq position).
     cf: CachedFile,
     writable: bool,
+    /// Bytes written through this handle since the daemon last looked at the cache's dirty
+    /// memory (see `write`).
+    written: AtomicU64,
 }
+
+/// How often (in bytes written through one handle) a writer looks at the cache's dirty memory.
+const WRITE_BEHIND_EVERY: u64 = 16 << 20;
 
 /// One open directory.
 struct DirHandle {
@@ -535,9 +541,15 @@ impl FsState {
     fn add_handle(&self, file: Arc<FileData>, writable: bool) -> u64 {
         let cf = file.main.reopen();
         let fh = self.new_fh();
-        self.handles[fh as usize % HANDLE_SHARDS]
-            .lock()
-            .insert(fh, Arc::new(Handle { file, cf, writable }));
+        self.handles[fh as usize % HANDLE_SHARDS].lock().insert(
+            fh,
+            Arc::new(Handle {
+                file,
+                cf,
+                writable,
+                written: AtomicU64::new(0),
+            }),
+        );
         fh
     }
 
@@ -1367,6 +1379,21 @@ impl Filesystem for QuireFs {
                 h.file.touch();
                 s.counters.written(n);
                 reply.written(n as u32);
+                // Write-behind: a file written fast while dirty memory is above the flusher's
+                // threshold is written back by the thread that served the write, after the
+                // reply — so several writers' data goes out on several threads at once rather
+                // than through the one flusher, while the writer goes on. (Through the mapping's
+                // own handle: an error is recorded for every handle's fsync, and none is taken
+                // from this one.)
+                let w = h.written.fetch_add(n as u64, Ordering::Relaxed) + n as u64;
+                if w >= WRITE_BEHIND_EVERY {
+                    h.written.store(0, Ordering::Relaxed);
+                    let cache = s.files.cache();
+                    let dirty = (cache.stats().dirty_frames as u64) << 12;
+                    if dirty > cache.config().dirty_background as u64 {
+                        let _ = h.file.main.flush();
+                    }
+                }
             }
             Err(e) => {
                 s.counters.error();
