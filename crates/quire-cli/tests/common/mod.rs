@@ -199,18 +199,22 @@ impl Mount {
 
 impl Drop for Mount {
     fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
+        // Also after a failed test whose daemon already exited: never leave a mount behind.
+        if self.child.is_some() || is_mounted(&self.mnt) {
             let _ = rustix::mount::unmount(&self.mnt, rustix::mount::UnmountFlags::DETACH);
+        }
+        if let Some(mut c) = self.child.take() {
             let _ = c.kill();
             let _ = c.wait();
         }
     }
 }
 
-/// A source and a mount point under one scratch directory, mounted.
+/// A source and a mount point under one scratch directory, mounted. (The mount is declared
+/// first: it is dropped — unmounted — before the directory is removed.)
 pub struct Setup {
-    pub dir: Scratch,
     pub mount: Option<Mount>,
+    pub dir: Scratch,
 }
 
 impl Setup {
@@ -222,8 +226,8 @@ impl Setup {
         fs::create_dir(dir.path("mnt")).unwrap();
         match Mount::start(&dir.path("src"), &dir.path("mnt"), capacity) {
             Ok(m) => Some(Setup {
-                dir,
                 mount: Some(m),
+                dir,
             }),
             Err(why) => {
                 skip(&why);
