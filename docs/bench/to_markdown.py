@@ -18,6 +18,12 @@ PAIRS = {
     ("read", "cold-seq"): ("kernel", "quire"),
     ("write", "seq-fsync"): ("kernel", "quire"),
     ("dcache", "short"): ("spinlock", "lockref"),
+    ("fuse", "hot-randread"): ("passthrough", "quire"),
+    ("fuse", "zipf-randread"): ("passthrough", "quire"),
+    ("fuse", "seqread"): ("passthrough", "quire"),
+    ("fuse", "seqwrite-fsync"): ("passthrough", "quire"),
+    ("fuse", "stat-storm-cold"): ("passthrough", "quire"),
+    ("fuse", "stat-storm-warm"): ("passthrough", "quire"),
 }
 
 

@@ -1,7 +1,9 @@
-//! `quire`: benchmarks and reports for the quire page cache.
+//! `quire`: benchmarks of the quire page cache, and `quire mount`/`quire stat` for the FUSE file
+//! system over it.
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod bench;
+mod mount;
 
 use std::path::PathBuf;
 
@@ -42,6 +44,35 @@ enum Command {
         #[arg(long)]
         spec: String,
     },
+    /// Mount the directory SRC at MNT through quire (a FUSE file system): served until
+    /// unmounted (`umount MNT`) or signalled (SIGINT/SIGTERM: everything is written back, then
+    /// unmounted).
+    Mount {
+        /// The directory to serve.
+        src: PathBuf,
+        /// Where to mount it (an existing directory).
+        mnt: PathBuf,
+        /// quire's memory budget for cached file data (K, M, G suffixes).
+        #[arg(long, default_value = "256M", value_parser = mount::parse_size)]
+        capacity: usize,
+        /// Threads serving requests (default: the number of CPUs, at least 2).
+        #[arg(long)]
+        threads: Option<usize>,
+        /// Stay in the foreground (otherwise the daemon detaches once mounted).
+        #[arg(long)]
+        foreground: bool,
+        /// Let users other than the one mounting use the mount.
+        #[arg(long)]
+        allow_other: bool,
+        /// Which file system to serve (the others are the `fuse` benchmark's comparisons).
+        #[arg(long, value_enum, default_value = "quire", hide = true)]
+        kind: mount::Kind,
+    },
+    /// Print the live counters of the quire mount at MNT.
+    Stat {
+        /// The mount point.
+        mnt: PathBuf,
+    },
 }
 
 fn main() -> anyhow::Result<()> {
@@ -62,5 +93,23 @@ fn main() -> anyhow::Result<()> {
             bench::run(&suites, quick, json.as_deref())
         }
         Command::BenchChild { spec } => bench::evict::child_main(&spec),
+        Command::Mount {
+            src,
+            mnt,
+            capacity,
+            threads,
+            foreground,
+            allow_other,
+            kind,
+        } => mount::mount(mount::MountArgs {
+            src,
+            mnt,
+            capacity,
+            threads,
+            foreground,
+            allow_other,
+            kind,
+        }),
+        Command::Stat { mnt } => mount::stat(&mnt),
     }
 }

@@ -14,7 +14,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use proptest::prelude::*;
-use quire::dcache::{Dcache, DcacheConfig, DcacheError, FileKind, RefPolicy};
+use quire::dcache::{Dcache, DcacheConfig, DcacheError, FileKind, RefPolicy, RenameMode};
 use rustix::io::Errno;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -98,6 +98,8 @@ enum Op {
     Unlink(String),
     Rmdir(String),
     Rename(String, String),
+    RenameNoReplace(String, String),
+    Exchange(String, String),
 }
 
 fn path_strategy() -> impl Strategy<Value = String> {
@@ -116,6 +118,8 @@ fn op_strategy() -> impl Strategy<Value = Op> {
         2 => path_strategy().prop_map(Op::Unlink),
         2 => path_strategy().prop_map(Op::Rmdir),
         3 => (path_strategy(), path_strategy()).prop_map(|(a, b)| Op::Rename(a, b)),
+        1 => (path_strategy(), path_strategy()).prop_map(|(a, b)| Op::RenameNoReplace(a, b)),
+        3 => (path_strategy(), path_strategy()).prop_map(|(a, b)| Op::Exchange(a, b)),
     ]
 }
 
@@ -150,6 +154,41 @@ fn predict(m: &mut Model, op: &Op) -> Option<Result<(), E>> {
                 Ok(())
             }
         }),
+        Op::RenameNoReplace(from, to) => {
+            if lookup(m, from).is_err() || check_parents(m, to).is_err() || from == to {
+                return None;
+            }
+            if m.contains_key(to.as_str()) {
+                return Some(Err(E::Errno(Errno::EXIST.raw_os_error())));
+            }
+            return predict(m, &Op::Rename(from.clone(), to.clone()));
+        }
+        Op::Exchange(a, b) => {
+            if lookup(m, a).is_err() || lookup(m, b).is_err() {
+                return None;
+            }
+            if a == b {
+                return Some(Ok(()));
+            }
+            if b.starts_with(&format!("{a}/")) || a.starts_with(&format!("{b}/")) {
+                // One inside the other: refused (EINVAL or ENOTEMPTY, Linux's choice).
+                return None;
+            }
+            let (pa, pb) = (format!("{a}/"), format!("{b}/"));
+            let mut next = Model::new();
+            for (k, v) in m.iter() {
+                let k2 = if k == a || k.starts_with(&pa) {
+                    format!("{b}{}", &k[a.len()..])
+                } else if k == b || k.starts_with(&pb) {
+                    format!("{a}{}", &k[b.len()..])
+                } else {
+                    k.clone()
+                };
+                next.insert(k2, *v);
+            }
+            *m = next;
+            Ok(())
+        }
         Op::Rename(from, to) => {
             let Ok(src) = lookup(m, from) else {
                 return None;
@@ -199,8 +238,45 @@ fn through_cache(dc: &Dcache, op: &Op) -> Result<(), E> {
         Op::Unlink(p) => dc.unlink(p),
         Op::Rmdir(p) => dc.rmdir(p),
         Op::Rename(a, b) => dc.rename(a, b),
+        Op::RenameNoReplace(a, b) => rename2(dc, a, b, RenameMode::NoReplace),
+        Op::Exchange(a, b) => rename2(dc, a, b, RenameMode::Exchange),
     }
     .map_err(|e| e_of(&e))
+}
+
+/// `rename_at2` by paths.
+fn rename2(dc: &Dcache, a: &str, b: &str, mode: RenameMode) -> Result<(), DcacheError> {
+    let split = |p: &str| match p.rfind('/') {
+        Some(i) => (p[..i].to_string(), p[i + 1..].to_string()),
+        None => (String::new(), p.to_string()),
+    };
+    let (da, na) = split(a);
+    let (db, nb) = split(b);
+    let dir = |d: &str| {
+        if d.is_empty() {
+            Ok(dc.root())
+        } else {
+            dc.walk(d)
+        }
+    };
+    let (pa, pb) = (dir(&da)?, dir(&db)?);
+    dc.rename_at2(&pa, na, &pb, nb, mode)
+}
+
+fn rename2_behind(
+    root: &Path,
+    a: &str,
+    b: &str,
+    flags: rustix::fs::RenameFlags,
+) -> std::io::Result<()> {
+    rustix::fs::renameat_with(
+        rustix::fs::CWD,
+        root.join(a),
+        rustix::fs::CWD,
+        root.join(b),
+        flags,
+    )
+    .map_err(std::io::Error::from)
 }
 
 fn behind_the_back(root: &Path, op: &Op) -> Result<(), E> {
@@ -215,6 +291,8 @@ fn behind_the_back(root: &Path, op: &Op) -> Result<(), E> {
         Op::Unlink(p) => fs::remove_file(j(p)),
         Op::Rmdir(p) => fs::remove_dir(j(p)),
         Op::Rename(a, b) => fs::rename(j(a), j(b)),
+        Op::RenameNoReplace(a, b) => rename2_behind(root, a, b, rustix::fs::RenameFlags::NOREPLACE),
+        Op::Exchange(a, b) => rename2_behind(root, a, b, rustix::fs::RenameFlags::EXCHANGE),
     }
     .map_err(|e| e_of_io(&e))
 }
@@ -299,6 +377,7 @@ fn run(
     ops: &[(bool, Op)],
     policy: RefPolicy,
     revalidate: Option<Duration>,
+    hold_dir_fds: bool,
 ) -> Result<(), TestCaseError> {
     let t = TempDir::new("model");
     let dc = Dcache::new(
@@ -308,6 +387,7 @@ fn run(
             max_unused: 32,
             hash_buckets: 16,
             revalidate_after: revalidate,
+            hold_dir_fds,
         },
     )
     .unwrap();
@@ -340,17 +420,17 @@ proptest! {
 
     /// Changes through the cache keep it true; nothing is ever revalidated.
     #[test]
-    fn changes_through_the_cache(ops in prop::collection::vec(op_strategy(), 1..40), spin in any::<bool>()) {
+    fn changes_through_the_cache(ops in prop::collection::vec(op_strategy(), 1..40), spin in any::<bool>(), hold in any::<bool>()) {
         let ops: Vec<(bool, Op)> = ops.into_iter().map(|o| (false, o)).collect();
         let policy = if spin { RefPolicy::Spinlock } else { RefPolicy::Cmpxchg };
-        run(&ops, policy, None)?;
+        run(&ops, policy, None, hold)?;
     }
 
     /// Changes behind the cache's back are seen at the next lookup when every lookup
     /// revalidates.
     #[test]
-    fn changes_behind_the_back(ops in prop::collection::vec((any::<bool>(), op_strategy()), 1..40)) {
-        run(&ops, RefPolicy::Cmpxchg, Some(Duration::ZERO))?;
+    fn changes_behind_the_back(ops in prop::collection::vec((any::<bool>(), op_strategy()), 1..40), hold in any::<bool>()) {
+        run(&ops, RefPolicy::Cmpxchg, Some(Duration::ZERO), hold)?;
     }
 }
 

@@ -91,6 +91,7 @@ fn run(policy: RefPolicy, threads: usize, duration: Duration) {
             max_unused: 24,
             hash_buckets: 64,
             revalidate_after: None,
+            hold_dir_fds: false,
         },
     )
     .unwrap();

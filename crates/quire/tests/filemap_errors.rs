@@ -395,3 +395,36 @@ fn a_sync_error_reaches_the_caller() {
         "synced on the retry",
     );
 }
+
+#[test]
+fn flush_writes_back_without_syncing_and_reports_errors_once_per_handle() {
+    for align in [1usize, 4096] {
+        let store = faulty(Vec::new(), align);
+        let cache = PageCache::new(quiet_config(4 << 20)).unwrap();
+        let a = cache.open(store.clone()).unwrap();
+        let b = a.reopen();
+        let data = pattern(6 * PAGE + 10, 4);
+        a.write_at(0, &data).unwrap();
+        let syncs = store.inner().sync_count();
+        a.flush().unwrap();
+        assert_eq!(cache.stats().dirty_frames, 0, "align {align}: written back");
+        same(&store.inner().contents(), &data, "the store holds the data");
+        assert_eq!(store.inner().sync_count(), syncs, "align {align}: no sync");
+
+        a.write_at(PAGE as u64, &data[..PAGE]).unwrap();
+        let id = store.add(Fault::write_error(PAGE as u64..PAGE as u64 + 1));
+        match a.flush() {
+            Err(FilemapError::Writeback { errno }) => assert_eq!(errno, EIO),
+            r => panic!("align {align}: flush returned {r:?}"),
+        }
+        assert_eq!(store.fired(id), 1);
+        assert!(
+            cache.stats().dirty_frames > 0,
+            "the failed folio stays dirty"
+        );
+        a.flush().unwrap();
+        expect_fsync(&b, true, "the other handle hears of it once");
+        expect_fsync(&b, false, "once only");
+        assert_eq!(cache.stats().dirty_frames, 0);
+    }
+}

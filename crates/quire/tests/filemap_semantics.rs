@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use quire::filemap::{CacheConfig, CachedFile, FilemapError, PageCache, MAX_FILE_SIZE};
 use quire::stats::{self, Event};
-use quire::store::{self, MemStore, Store};
+use quire::store::{self, FileStore, IoMode, MemStore, Store};
 
 use common::{check_no_leak, pattern, quiet_config, same, PAGE};
 
@@ -98,7 +98,7 @@ fn overflowing_offsets_are_typed_errors_and_change_nothing() {
     let max = MAX_FILE_SIZE;
 
     let overflow = |r: Result<usize, FilemapError>| match r {
-        Err(e @ FilemapError::Overflow { .. }) => assert_eq!(e.kind(), io::ErrorKind::InvalidInput),
+        Err(e @ FilemapError::Overflow { .. }) => assert_eq!(e.kind(), io::ErrorKind::FileTooLarge),
         other => panic!("expected an overflow error, got {other:?}"),
     };
     overflow(f.read_at(u64::MAX, &mut [0u8; 1]));
@@ -145,6 +145,39 @@ fn overflowing_offsets_are_typed_errors_and_change_nothing() {
     let e = cache.open(MemStore::new().with_limit(1 << 20)).unwrap();
     assert!(e.set_len(2 << 20).is_err());
     assert_eq!(e.len(), 0, "a failed set_len changes nothing");
+}
+
+#[test]
+fn the_largest_file_the_cache_accepts_is_also_written_back() {
+    // tmpfs holds files up to the kernel's offset limit (sparse) and takes O_DIRECT (Linux 6.6+):
+    // the last byte the cache accepts must reach it, also through whole-page direct writes.
+    let dir = std::path::Path::new("/dev/shm");
+    if !dir.is_dir() {
+        eprintln!("skipped: no /dev/shm");
+        return;
+    }
+    assert_eq!(MAX_FILE_SIZE % 4096, 0, "a whole number of pages");
+    for mode in [IoMode::Buffered, IoMode::PreferDirect] {
+        let path = dir.join(format!("quire-max-{}-{mode:?}", std::process::id()));
+        let cache = PageCache::new(quiet_config(1 << 20)).unwrap();
+        let f = cache.open(FileStore::create(&path, mode).unwrap()).unwrap();
+        assert_eq!(f.write_at(MAX_FILE_SIZE - 1, b"z").unwrap(), 1);
+        // One byte further is refused at once, as EFBIG.
+        let e = f.write_at(MAX_FILE_SIZE - 1, b"zz").unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::FileTooLarge, "{mode:?}");
+        f.fsync()
+            .unwrap_or_else(|e| panic!("{mode:?}: the accepted byte is written back: {e}"));
+        drop(f);
+        let again = cache
+            .open(FileStore::open(&path, IoMode::Buffered).unwrap())
+            .unwrap();
+        assert_eq!(again.len(), MAX_FILE_SIZE, "{mode:?}");
+        let mut b = [0u8; 1];
+        again.read_exact_at(MAX_FILE_SIZE - 1, &mut b).unwrap();
+        assert_eq!(&b, b"z", "{mode:?}");
+        drop(again);
+        std::fs::remove_file(&path).unwrap();
+    }
 }
 
 /// Where the page holding the new end is when the file is cut.

@@ -198,3 +198,48 @@ fn concurrent_disjoint_writes_then_reads() {
         assert!(chunk.iter().all(|&b| b == (j % 4) as u8 + 1));
     }
 }
+
+#[test]
+fn from_fd_wraps_a_descriptor_and_learns_its_mode() {
+    use rustix::fs::{openat, Mode, OFlags, CWD};
+    let t = TempPath::new("fromfd");
+    std::fs::write(&t.0, b"0123456789").unwrap();
+    let fd = openat(CWD, &t.0, OFlags::RDWR | OFlags::CLOEXEC, Mode::empty()).unwrap();
+    let s = FileStore::from_fd(fd, &t.0).unwrap();
+    assert!(!s.is_direct());
+    assert_eq!(s.alignment(), 1);
+    assert_eq!(s.path(), t.0.as_path());
+    assert_eq!(s.len().unwrap(), 10);
+    s.write_all_at(10, b"ab").unwrap();
+    let mut buf = [0u8; 12];
+    assert_eq!(s.read_full_at(0, &mut buf).unwrap(), 12);
+    assert_eq!(&buf, b"0123456789ab");
+    drop(s);
+
+    // Read-only: reads work, writes fail with the system's error.
+    let fd = openat(CWD, &t.0, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty()).unwrap();
+    let s = FileStore::from_fd(fd, &t.0).unwrap();
+    assert_eq!(s.read_full_at(0, &mut buf).unwrap(), 12);
+    match s.write_at(0, b"x") {
+        Err(StoreError::Io {
+            op: Op::Write,
+            errno: Some(9),
+            ..
+        }) => {}
+        r => panic!("a write through a read-only descriptor: {r:?}"),
+    }
+
+    // O_DIRECT where the file system takes it.
+    if let Some((d, _)) = direct_store("fromfd-direct") {
+        let fd = openat(
+            CWD,
+            &d.0,
+            OFlags::RDWR | OFlags::DIRECT | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .unwrap();
+        let s = FileStore::from_fd(fd, &d.0).unwrap();
+        assert!(s.is_direct());
+        assert_eq!(s.alignment(), 4096);
+    }
+}

@@ -142,6 +142,7 @@ fn run(b: &mut Bench) -> anyhow::Result<()> {
                 hash_buckets: 1 << 15,
                 // Nothing changes the tree behind the cache's back during the run.
                 revalidate_after: None,
+                hold_dir_fds: false,
             },
         )?;
         for p in &paths {

@@ -7,6 +7,7 @@
 
 mod dcache;
 pub(crate) mod evict;
+mod fuse;
 mod harness;
 mod lockref;
 mod pagelock;
@@ -41,6 +42,7 @@ pub const SUITES: &[Suite] = &[
     write::SUITE,
     evict::SUITE,
     dcache::SUITE,
+    fuse::SUITE,
 ];
 
 /// One figure.

@@ -21,6 +21,7 @@
 //! | 2    | `dev`, `ino` | lock holder (instantiate)          | `identity` (under `seq`)     |
 //! | 2    | `link`       | once, under the directory lock     | symlink walks                |
 //! | 2    | `lru_prev/next` | LRU-lock holder                 | —                            |
+//! | 2    | `dir_fd`     | once, by compare-and-swap          | system calls in the directory |
 //!
 //! "Lock holder" is the holder of the entry's [`LockRef`] lock (the kernel's `d_lock`): every
 //! change of `flags`, `parent`, `name` or the identity is made under it, inside a write section
@@ -206,6 +207,10 @@ pub struct Dentry {
     pub(crate) lru_prev: AtomicPtr<Dentry>,
     pub(crate) lru_next: AtomicPtr<Dentry>,
     pub(crate) cache_id: u64,
+    /// A directory entry's own `O_PATH` descriptor, or -1: set once (compare-and-swap from
+    /// -1) when the cache holds directory descriptors, closed when the entry is freed. Not part
+    /// of any lock-free protocol, hence a plain `std` atomic.
+    pub(crate) dir_fd: std::sync::atomic::AtomicI32,
 }
 
 impl Dentry {
@@ -238,6 +243,7 @@ impl Dentry {
             lru_prev: AtomicPtr::new(std::ptr::null_mut()),
             lru_next: AtomicPtr::new(std::ptr::null_mut()),
             cache_id: core.id(),
+            dir_fd: std::sync::atomic::AtomicI32::new(-1),
         });
         NonNull::from(Box::leak(d))
     }
@@ -325,6 +331,13 @@ impl Drop for Dentry {
             // SAFETY: as for the name: the link target was installed once with `Box::into_raw`
             // and belongs to this entry.
             drop(unsafe { Box::from_raw(link) });
+        }
+        let fd = *self.dir_fd.get_mut();
+        if fd >= 0 {
+            use std::os::fd::FromRawFd;
+            // SAFETY: the entry owns the descriptor (installed once from `into_raw_fd`), and
+            // lenders only lend it while they hold a reference, which a freed entry has not.
+            drop(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) });
         }
     }
 }

@@ -76,6 +76,15 @@
 //! root, so a directory swapped for a symlink behind the cache's back cannot lead outside the
 //! root.
 //!
+//! # Front ends
+//!
+//! A file system that serves the directory through the cache (FUSE) needs more than paths:
+//! [`DcacheConfig::hold_dir_fds`] keeps a descriptor per cached directory, [`Dcache::lookup_stat`]
+//! answers a lookup with fresh attributes, [`Dcache::with_dir`] and [`Dcache::with_name`] run the
+//! front end's own system calls relative to a directory descriptor (never by path), and
+//! [`Dcache::make_at`] and [`Dcache::rename_at2`] cover creation with any mode or node type,
+//! hard links, and `RENAME_NOREPLACE`/`RENAME_EXCHANGE`.
+//!
 //! # Symbolic links
 //!
 //! Followed by the reference walk (in the middle of a path always, at its end unless
@@ -136,6 +145,13 @@ pub struct DcacheConfig {
     /// How old an entry's last check against the file system may be before a lookup checks it
     /// again; `None` never re-checks. See the module documentation.
     pub revalidate_after: Option<Duration>,
+    /// Whether directory entries keep a descriptor of their directory (`O_PATH`), opened the
+    /// first time a system call needs it (after checking that it is the directory the entry
+    /// names) and closed when the entry is freed. System calls in a cached directory then need
+    /// no path walk from the root, and a directory renamed or removed behind the cache's back
+    /// is still the one its entry's holders act on. Costs one descriptor per cached directory
+    /// (raise `RLIMIT_NOFILE` accordingly). Default `false`.
+    pub hold_dir_fds: bool,
 }
 
 impl Default for DcacheConfig {
@@ -145,6 +161,7 @@ impl Default for DcacheConfig {
             max_unused: 1 << 16,
             hash_buckets: 1 << 16,
             revalidate_after: Some(Duration::from_secs(1)),
+            hold_dir_fds: false,
         }
     }
 }
@@ -173,18 +190,27 @@ enum Fast<'a> {
     Bail,
 }
 
-/// A directory to make system calls in: the root's own descriptor, or one opened for the call.
+/// A directory to make system calls in: a descriptor the cache holds (the root's, or one a
+/// directory entry keeps), or one opened for the call.
 enum DirFd<'a> {
-    Root(BorrowedFd<'a>),
+    Borrowed(BorrowedFd<'a>),
     Owned(OwnedFd),
 }
 
 impl AsFd for DirFd<'_> {
     fn as_fd(&self) -> BorrowedFd<'_> {
         match self {
-            DirFd::Root(fd) => *fd,
+            DirFd::Borrowed(fd) => *fd,
             DirFd::Owned(fd) => fd.as_fd(),
         }
+    }
+}
+
+impl Identity {
+    /// The identity of the file `st` describes (from `statx` with at least `STATX_TYPE` and
+    /// `STATX_INO`).
+    pub fn from_statx(st: &Statx) -> Identity {
+        identity_of(st)
     }
 }
 
@@ -356,12 +382,63 @@ impl Dcache {
         }
     }
 
-    /// Opens the directory of the hashed entry `dir` for system calls. The caller holds the
-    /// namespace lock, so the path stays true.
-    fn open_dir(&self, dir: &Dentry, err_path: &Path) -> Result<DirFd<'_>, DcacheError> {
-        if dir.is_root() {
-            return Ok(DirFd::Root(self.root_fd.as_fd()));
+    /// The descriptor `dir` keeps, if any.
+    fn held_fd<'d>(&self, dir: &'d Dentry) -> Option<BorrowedFd<'d>> {
+        if !self.config.hold_dir_fds {
+            return None;
         }
+        let fd = dir.dir_fd.load(std::sync::atomic::Ordering::Acquire);
+        // SAFETY: a held descriptor is closed only when its entry is freed, and `'d` borrows an
+        // entry the caller holds a reference on.
+        (fd >= 0).then(|| unsafe { BorrowedFd::borrow_raw(fd) })
+    }
+
+    /// Opens the directory of the hashed entry `dir` for system calls (or lends the descriptor
+    /// it keeps). The caller holds the namespace lock, so the path stays true, and a reference
+    /// on `dir`.
+    fn open_dir<'d>(&'d self, dir: &'d Dentry, err_path: &Path) -> Result<DirFd<'d>, DcacheError> {
+        if dir.is_root() {
+            return Ok(DirFd::Borrowed(self.root_fd.as_fd()));
+        }
+        if let Some(fd) = self.held_fd(dir) {
+            return Ok(DirFd::Borrowed(fd));
+        }
+        let opened = self.open_dir_path(dir, err_path)?;
+        if !self.config.hold_dir_fds {
+            return Ok(opened);
+        }
+        // Keep it, if it is the directory the entry names (not one swapped in behind the
+        // cache's back).
+        let DirFd::Owned(fd) = opened else {
+            return Ok(opened);
+        };
+        let st = rustix::fs::statx(&fd, "", AtFlags::EMPTY_PATH, STATX_MASK)
+            .map_err(|e| DcacheError::from_errno(e, err_path))?;
+        if Some(identity_of(&st)) != dir.identity() {
+            return Err(DcacheError::NotFound {
+                path: err_path.into(),
+            });
+        }
+        use std::os::fd::IntoRawFd;
+        let raw = fd.into_raw_fd();
+        if let Err(winner) = dir.dir_fd.compare_exchange(
+            -1,
+            raw,
+            std::sync::atomic::Ordering::AcqRel,
+            std::sync::atomic::Ordering::Acquire,
+        ) {
+            use std::os::fd::FromRawFd;
+            // SAFETY: `raw` came from `into_raw_fd` just above and was not installed.
+            drop(unsafe { OwnedFd::from_raw_fd(raw) });
+            // SAFETY: as in `held_fd`.
+            return Ok(DirFd::Borrowed(unsafe { BorrowedFd::borrow_raw(winner) }));
+        }
+        // SAFETY: as in `held_fd`: installed in the entry, which the caller holds.
+        Ok(DirFd::Borrowed(unsafe { BorrowedFd::borrow_raw(raw) }))
+    }
+
+    /// Opens `dir` by its path from the root (no symlink followed, never leaving the root).
+    fn open_dir_path(&self, dir: &Dentry, err_path: &Path) -> Result<DirFd<'static>, DcacheError> {
         let (p, deleted) = self.core.path_of(dir);
         if deleted {
             return Err(DcacheError::NotFound {
@@ -742,6 +819,125 @@ impl Dcache {
         Ok(d)
     }
 
+    /// Looks up `name` in the directory `parent` and returns its entry with the file's full
+    /// `statx` (basic stats, not following a symlink), made now: the entry is checked against
+    /// the file system on every call — kept if it still names the same file, replaced if not —
+    /// so nothing stale is returned whatever [`DcacheConfig::revalidate_after`] says. A missing
+    /// name is `NotFound` and is cached as a negative entry. For a front end (FUSE) that must
+    /// answer every lookup with fresh attributes anyway: one system call per lookup.
+    pub fn lookup_stat(
+        &self,
+        parent: &DentryRef<'_>,
+        name: impl AsRef<OsStr>,
+    ) -> Result<(DentryRef<'_>, Statx), DcacheError> {
+        self.check_mine(parent)?;
+        let name = name.as_ref();
+        let nb = check_name(name)?;
+        let parent = DentryRef::adopt(&self.core, parent.dget().into_raw());
+        let hash = hash_name(nb);
+        let now = self.now();
+        let _ns = self.ns_read();
+        let _dl = self.dir_lock(&parent);
+        // Paths are for errors only: made when one is returned (the hot path makes none).
+        let path = || join(&self.path_of(&parent), nb);
+        if !parent.is_hashed() {
+            return Err(DcacheError::NotFound { path: path() });
+        }
+        if !parent.is_dir() {
+            return Err(DcacheError::NotDir { path: path() });
+        }
+        let dir = match self.cheap_dir_fd(&parent) {
+            Some(fd) => DirFd::Borrowed(fd),
+            None => self.open_dir(&parent, &path())?,
+        };
+        match rustix::fs::statx(
+            &dir,
+            name,
+            AtFlags::SYMLINK_NOFOLLOW,
+            StatxFlags::BASIC_STATS,
+        ) {
+            Ok(st) => {
+                let d = self.install(&parent, nb, hash, Some(identity_of(&st)), now, None);
+                Ok((d, st))
+            }
+            Err(Errno::NOENT) => {
+                drop(self.install(&parent, nb, hash, None, now, None));
+                Err(DcacheError::NotFound { path: path() })
+            }
+            Err(e) => Err(DcacheError::from_errno(e, path())),
+        }
+    }
+
+    /// The root's descriptor, or the one `dir` keeps: a directory descriptor that needs no
+    /// system call.
+    fn cheap_dir_fd<'d>(&'d self, dir: &'d Dentry) -> Option<BorrowedFd<'d>> {
+        if dir.is_root() {
+            Some(self.root_fd.as_fd())
+        } else {
+            self.held_fd(dir)
+        }
+    }
+
+    /// Runs `f` with a descriptor of the directory `dir` (the root included; `O_PATH`: use it
+    /// as the directory of `*at` calls, or open `"."` from it to read the directory), under the
+    /// namespace lock, so that no rename through the cache moves things meanwhile. A deleted
+    /// directory (unhashed) still works if its entry keeps a descriptor
+    /// ([`DcacheConfig::hold_dir_fds`]); otherwise it is `NotFound`. `f` must not call back
+    /// into the cache.
+    pub fn with_dir<R>(
+        &self,
+        dir: &DentryRef<'_>,
+        f: impl FnOnce(BorrowedFd<'_>) -> R,
+    ) -> Result<R, DcacheError> {
+        self.check_mine(dir)?;
+        if !dir.is_dir() {
+            return Err(DcacheError::NotDir {
+                path: self.path_of(dir),
+            });
+        }
+        let _ns = self.ns_read();
+        if let Some(fd) = self.held_fd(dir) {
+            return Ok(f(fd));
+        }
+        let path = self.path_of(dir);
+        if !dir.is_hashed() {
+            return Err(DcacheError::NotFound { path });
+        }
+        let fd = self.open_dir(dir, &path)?;
+        Ok(f(fd.as_fd()))
+    }
+
+    /// Runs `f` with a descriptor of the directory holding the entry `d` and `d`'s name in it,
+    /// under the namespace lock, so that no rename through the cache moves `d` meanwhile: the
+    /// way to make a system call on the file an entry names (`fstatat`, `openat` with
+    /// `O_NOFOLLOW`, `fchownat`, `readlinkat`...) without a path and without leaving the root.
+    /// `d` must be hashed (a deleted entry is `NotFound`) and not the root (`InvalidName`: use
+    /// [`with_dir`](Self::with_dir)). `f` must not call back into the cache.
+    pub fn with_name<R>(
+        &self,
+        d: &DentryRef<'_>,
+        f: impl FnOnce(BorrowedFd<'_>, &OsStr) -> R,
+    ) -> Result<R, DcacheError> {
+        self.check_mine(d)?;
+        if d.is_root() {
+            return Err(DcacheError::InvalidName { name: "/".into() });
+        }
+        let _ns = self.ns_read();
+        if !d.is_hashed() {
+            return Err(DcacheError::NotFound {
+                path: self.path_of(d),
+            });
+        }
+        // Stable: the parent changes only by a rename, which holds the namespace lock.
+        let parent = d.dget_parent();
+        let name = d.name();
+        let dir = match self.cheap_dir_fd(&parent) {
+            Some(fd) => DirFd::Borrowed(fd),
+            None => self.open_dir(&parent, &self.path_of(d))?,
+        };
+        Ok(f(dir.as_fd(), &name))
+    }
+
     // ---------------------------------------------------------------------------------------
     // Changes
     // ---------------------------------------------------------------------------------------
@@ -780,6 +976,36 @@ impl Dcache {
         let dir = self.open_dir(&parent, &path)?;
         let ident = op(&dir, name, &path)?;
         Ok(self.install(&parent, nb, hash, ident, now, None))
+    }
+
+    /// Makes `name` in the directory `parent` with a system call of the caller's — `op` gets
+    /// the directory's descriptor and the name, and creates the file, directory, node or link
+    /// there (with the mode, flags and owner the caller wants) — then takes its `statx` (basic
+    /// stats, not following a symlink) and records the new entry. Runs under the namespace and
+    /// directory locks, like every change; `op`'s error is returned as the cache's error for
+    /// that `errno`, and leaves the cache as it was. `op` must not call back into the cache.
+    pub fn make_at<'s, T>(
+        &'s self,
+        parent: &DentryRef<'_>,
+        name: impl AsRef<OsStr>,
+        op: impl FnOnce(BorrowedFd<'_>, &OsStr) -> rustix::io::Result<T>,
+    ) -> Result<(DentryRef<'s>, Statx, T), DcacheError> {
+        let mut out = None;
+        let d = self.change_at(parent, name.as_ref(), |dir, name, path| {
+            let t = op(dir.as_fd(), name).map_err(|e| DcacheError::from_errno(e, path))?;
+            let st = rustix::fs::statx(
+                dir,
+                name,
+                AtFlags::SYMLINK_NOFOLLOW,
+                StatxFlags::BASIC_STATS,
+            )
+            .map_err(|e| DcacheError::from_errno(e, path))?;
+            let ident = identity_of(&st);
+            out = Some((st, t));
+            Ok(Some(ident))
+        })?;
+        let (st, t) = out.expect("set by a successful change");
+        Ok((d, st, t))
     }
 
     /// Creates the regular file `name` in `parent` (it must not exist; mode 0644) and returns
@@ -876,6 +1102,27 @@ impl Dcache {
         new_parent: &DentryRef<'_>,
         new_name: impl AsRef<OsStr>,
     ) -> Result<(), DcacheError> {
+        self.rename_at2(
+            old_parent,
+            old_name,
+            new_parent,
+            new_name,
+            RenameMode::Replace,
+        )
+    }
+
+    /// [`rename_at`](Self::rename_at) with `renameat2(2)`'s modes: `NoReplace` fails with
+    /// `EEXIST` (an `Io` error) if the new name exists; `Exchange` swaps the two names, which
+    /// must both exist — each entry moves to the other's place, with its cached children, and
+    /// references held on either keep following its file.
+    pub fn rename_at2(
+        &self,
+        old_parent: &DentryRef<'_>,
+        old_name: impl AsRef<OsStr>,
+        new_parent: &DentryRef<'_>,
+        new_name: impl AsRef<OsStr>,
+        mode: RenameMode,
+    ) -> Result<(), DcacheError> {
         self.check_mine(old_parent)?;
         self.check_mine(new_parent)?;
         let (on, nn) = (old_name.as_ref(), new_name.as_ref());
@@ -899,7 +1146,12 @@ impl Dcache {
         } else {
             Some(self.open_dir(&np, &path)?)
         };
-        rustix::fs::renameat(&odir, on, ndir.as_ref().unwrap_or(&odir), nn)
+        let flags = match mode {
+            RenameMode::Replace => rustix::fs::RenameFlags::empty(),
+            RenameMode::NoReplace => rustix::fs::RenameFlags::NOREPLACE,
+            RenameMode::Exchange => rustix::fs::RenameFlags::EXCHANGE,
+        };
+        rustix::fs::renameat_with(&odir, on, ndir.as_ref().unwrap_or(&odir), nn, flags)
             .map_err(|e| DcacheError::from_errno(e, &path))?;
         let src = self.core.lookup_ref(&op, ob, oh);
         let dst = self.core.lookup_ref(&np, nb, nh);
@@ -909,35 +1161,56 @@ impl Dcache {
                 return Ok(());
             }
         }
+        if mode == RenameMode::Exchange {
+            match (&src, &dst) {
+                (Some(s), Some(t)) => {
+                    // Entries that disagree with what the file system just did (negative, or
+                    // one inside the other, which it refuses to exchange) are stale: forget
+                    // them rather than loop the tree.
+                    if s.is_negative()
+                        || t.is_negative()
+                        || is_ancestor(s, &np)
+                        || is_ancestor(t, &op)
+                    {
+                        self.core.d_drop(s);
+                        self.core.d_drop(t);
+                    } else {
+                        self.core.d_exchange(&w, s, t);
+                    }
+                }
+                (Some(s), None) => self.move_entry(&w, s, &np, nb, nh),
+                (None, Some(t)) => self.move_entry(&w, t, &op, ob, oh),
+                (None, None) => {}
+            }
+            return Ok(());
+        }
         if let Some(t) = &dst {
             self.core.d_drop(t);
         }
         if let Some(s) = &src {
-            // Moving a directory under itself is refused by the file system; if the cache still
-            // shows it so, the cache is stale there: forget the entry instead of looping it.
-            let mut under_self = false;
-            let mut a: &Dentry = &np;
-            loop {
-                if ptr::eq(a, &**s) {
-                    under_self = true;
-                    break;
-                }
-                let p = a.parent_ptr();
-                if p.is_null() {
-                    break;
-                }
-                // SAFETY: with the namespace lock held exclusively no entry changes parent, and
-                // each ancestor of `np` (referenced) holds a reference on its own parent.
-                a = unsafe { &*p };
-            }
-            if s.is_negative() || under_self {
-                self.core.d_drop(s);
-            } else {
-                self.core.d_move(&w, s, &np, nb, nh);
-            }
+            self.move_entry(&w, s, &np, nb, nh);
         }
         drop(w);
         Ok(())
+    }
+
+    /// Moves the cached entry `s` to `name` in `np` after the file system did, or forgets it
+    /// where the cache disagrees with what the file system did (a negative entry, or a
+    /// directory that would land under itself). The caller holds the namespace lock
+    /// exclusively and `w`, and has unhashed whatever had the new name.
+    fn move_entry(
+        &self,
+        w: &tree::RenameGuard<'_>,
+        s: &DentryRef<'_>,
+        np: &DentryRef<'_>,
+        name: &[u8],
+        hash: u64,
+    ) {
+        if s.is_negative() || is_ancestor(s, np) {
+            self.core.d_drop(s);
+        } else {
+            self.core.d_move(w, s, np, name, hash);
+        }
     }
 
     /// Creates the regular file at `path` (see [`create_at`](Self::create_at)).
@@ -982,6 +1255,35 @@ impl Dcache {
         let fp = self.walk_dir(fdir)?;
         let tp = self.walk_dir(tdir)?;
         self.rename_at(&fp, fname, &tp, tname)
+    }
+}
+
+/// How [`Dcache::rename_at2`] treats an existing new name (`renameat2(2)`'s flags).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RenameMode {
+    /// Replace it, as `rename(2)` does.
+    Replace,
+    /// Fail with `EEXIST` if it exists (`RENAME_NOREPLACE`).
+    NoReplace,
+    /// Swap the two names, which must both exist (`RENAME_EXCHANGE`).
+    Exchange,
+}
+
+/// Whether `a` is `d` or one of its ancestors. The caller holds the namespace lock exclusively
+/// (no entry changes parent) and a reference on `d`.
+fn is_ancestor(a: &Dentry, d: &Dentry) -> bool {
+    let mut cur: &Dentry = d;
+    loop {
+        if ptr::eq(cur, a) {
+            return true;
+        }
+        let p = cur.parent_ptr();
+        if p.is_null() {
+            return false;
+        }
+        // SAFETY: with the namespace lock held exclusively no entry changes parent, and each
+        // ancestor of `d` (referenced) holds a reference on its own parent.
+        cur = unsafe { &*p };
     }
 }
 

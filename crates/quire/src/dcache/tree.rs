@@ -570,6 +570,52 @@ impl Core {
         }
     }
 
+    /// Swaps the places of the hashed entries `a` and `b` (the kernel's `d_exchange`, for
+    /// `RENAME_EXCHANGE`): each takes the other's parent and name, and its cached children move
+    /// with it. No reference count changes: each parent loses one child and gains the other.
+    /// The caller holds references on both, holds `_rename`, and has made sure that neither is
+    /// the other's ancestor.
+    pub fn d_exchange(&self, _rename: &RenameGuard<'_>, a: &Dentry, b: &Dentry) {
+        let g = rcu::pin();
+        // Two entry locks at once, in address order; nothing else takes two unrelated entry
+        // locks (kill goes from a child to its parent, and neither is the other's ancestor).
+        let (first, second) = if ptr::from_ref(a) < ptr::from_ref(b) {
+            (a, b)
+        } else {
+            (b, a)
+        };
+        let _l1 = first.lockref.lock();
+        let _l2 = second.lockref.lock();
+        a.seq.write_begin();
+        b.seq.write_begin();
+        for d in [a, b] {
+            if d.flags.load(Ordering::Relaxed) & HASHED != 0 {
+                // SAFETY: hashed, so in the chain of its current parent and name.
+                unsafe { self.hash_remove(d, &g) };
+            }
+        }
+        let (pa, pb) = (
+            a.parent.load(Ordering::Relaxed),
+            b.parent.load(Ordering::Relaxed),
+        );
+        a.parent.store(pb, Ordering::Release);
+        b.parent.store(pa, Ordering::Release);
+        // The names swap owners; both stay allocated, so readers holding either are fine.
+        let (na, nb) = (
+            a.name.load(Ordering::Relaxed),
+            b.name.load(Ordering::Relaxed),
+        );
+        a.name.store(nb, Ordering::Release);
+        b.name.store(na, Ordering::Release);
+        for d in [a, b] {
+            // SAFETY: alive and now in no chain; parent and name are set.
+            unsafe { self.hash_insert(d, &g) };
+            d.flags.fetch_or(HASHED, Ordering::Release);
+        }
+        b.seq.write_end();
+        a.seq.write_end();
+    }
+
     /// A reference to `d`'s parent (the root's parent is the root); the kernel's `dget_parent`.
     /// The caller holds a reference on `d`.
     pub(crate) fn dget_parent<'a>(&'a self, d: &Dentry) -> DentryRef<'a> {

@@ -28,6 +28,12 @@ pub(crate) struct Mapping {
     pub(crate) pages: XArray<FolioPtr>,
     /// The file's length in bytes, including data not yet written back.
     size: AtomicU64,
+    /// How far the store is known to hold the file's data: its length at open, raised by
+    /// write-back, set by `set_len`. A store read that ends below it (and below `size`) means
+    /// the store was cut behind the cache's back: the read fails with `UnexpectedEof` rather
+    /// than caching zeros. Between it and `size` lie pages the cache extended the file over
+    /// and has not written back yet: those are holes and read as zeros.
+    pub(crate) store_size: AtomicU64,
     pub(crate) errseq: ErrSeq,
     /// Held shared by everything that inserts folios or writes, exclusive by truncation, so a
     /// folio is never inserted past a new end of file while the file is being cut.
@@ -135,6 +141,7 @@ impl Mapping {
             store,
             pages,
             size: AtomicU64::new(size),
+            store_size: AtomicU64::new(size),
             errseq: ErrSeq::new(),
             invalidate_lock: RwLock::new(()),
             store_len: RwLock::new(()),
@@ -307,21 +314,38 @@ impl Mapping {
 
     // ---- reading -------------------------------------------------------------------------
 
-    /// Fills the locked folio from the store (bytes past the end of the file read as zeros)
-    /// and marks it up to date. On an error the folio stays not up to date, with ERROR set.
+    /// Fills the locked folio from the store (bytes past the end of the file, and holes the
+    /// cache extended the file over, read as zeros) and marks it up to date. On an error the
+    /// folio stays not up to date, with ERROR set. A store that ends before the data it is known
+    /// to hold (cut behind the cache's back) is an `UnexpectedEof` error, never zeros.
     pub(crate) fn read_into(&self, g: &mut FolioGuard<'_>) -> Result<()> {
         if g.is_uptodate() {
             return Ok(());
         }
         let start = g.index() << FRAME_SHIFT;
         let size = self.size();
+        // Loaded before the read. Below the file's length it only grows while this folio is
+        // locked and not up to date (write-back raises it; `set_len` lowers it only past a new
+        // end, after waiting for this folio's lock), so a read that ends below it did find the
+        // store shorter than the cache left it.
+        let on_store = self.store_size.load(Ordering::Acquire);
         let buf = g.bytes_mut().expect("not up to date");
         let valid = size.saturating_sub(start).min(buf.len() as u64) as usize;
         if valid > 0 {
             // Read whole pages: an O_DIRECT store needs aligned lengths.
             let want = (valid as u64).div_ceil(PAGE_SIZE) as usize * PAGE_SIZE as usize;
             let want = want.min(buf.len());
+            let expected = on_store.saturating_sub(start).min(valid as u64) as usize;
             match self.store.read_full_at(start, &mut buf[..want]) {
+                Ok(n) if n < expected => {
+                    g.set_error();
+                    return Err(FilemapError::Store(StoreError::Io {
+                        op: Op::Read,
+                        offset: start + n as u64,
+                        kind: std::io::ErrorKind::UnexpectedEof,
+                        errno: None,
+                    }));
+                }
                 Ok(n) => buf[n.min(valid)..].fill(0),
                 Err(e) => {
                     g.set_error();
@@ -477,9 +501,13 @@ impl Mapping {
         let mut pos = offset;
         while pos < end {
             let index = pos >> FRAME_SHIFT;
-            let Some(f) = self.get_uptodate(ra, index, last - index + 1)? else {
+            let f = match self.get_uptodate(ra, index, last - index + 1) {
+                Ok(Some(f)) => f,
                 // The file was cut under us: a short read up to where it was.
-                break;
+                Ok(None) => break,
+                // The store was cut behind our back: a short read of what was there, if any.
+                Err(e) if pos > offset && e.kind() == std::io::ErrorKind::UnexpectedEof => break,
+                Err(e) => return Err(e),
             };
             let first = f.index();
             let continues = prev_end.is_some_and(|e| {
@@ -722,6 +750,7 @@ impl Mapping {
                 self.store.set_len(old)?;
             }
             self.store.set_len(len)?;
+            self.store_size.store(len, Ordering::Release);
             self.size.store(len, Ordering::Release);
             return Ok(());
         }
@@ -763,6 +792,9 @@ impl Mapping {
         }
         let _len = self.store_len.write().unwrap();
         self.store.set_len(len)?;
+        // Every write-back that raised it has ended (folios past the end were waited for and
+        // the raise happens under `store_len`, held exclusively here).
+        self.store_size.fetch_min(len, Ordering::AcqRel);
         Ok(())
     }
 

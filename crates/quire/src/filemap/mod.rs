@@ -90,8 +90,10 @@ pub const WRITEBACK_MARK: Mark = Mark::M1;
 /// Bytes in a page (a base frame).
 pub const PAGE_SIZE: u64 = 1 << FRAME_SHIFT;
 
-/// The largest byte offset a cached file may reach (the store's limit).
-pub const MAX_FILE_SIZE: u64 = crate::store::MAX_OFFSET;
+/// The largest length a cached file may have: the store's limit rounded down to a whole page,
+/// so that write-back, which writes whole pages to stores that need aligned requests, never
+/// goes past the store's limit with a page the cache accepted.
+pub const MAX_FILE_SIZE: u64 = crate::store::MAX_OFFSET & !(PAGE_SIZE - 1);
 
 /// How a [`PageCache`] is set up. Sizes are in bytes.
 #[derive(Clone, Debug)]
@@ -155,7 +157,7 @@ impl CacheConfig {
 /// Errors of the page cache. Nothing cached is lost when one is returned.
 #[derive(Debug, thiserror::Error)]
 pub enum FilemapError {
-    /// `offset + len` is past [`MAX_FILE_SIZE`] (or overflows).
+    /// `offset + len` is past [`MAX_FILE_SIZE`] (or overflows): `EFBIG` for a file system.
     #[error("offset {offset} with length {len} is past the largest file offset")]
     Overflow {
         /// The offset asked for.
@@ -206,9 +208,8 @@ impl FilemapError {
     /// The error's [`io::ErrorKind`].
     pub fn kind(&self) -> io::ErrorKind {
         match self {
-            FilemapError::Overflow { .. } | FilemapError::Config(_) | FilemapError::Index(_) => {
-                io::ErrorKind::InvalidInput
-            }
+            FilemapError::Overflow { .. } => io::ErrorKind::FileTooLarge,
+            FilemapError::Config(_) | FilemapError::Index(_) => io::ErrorKind::InvalidInput,
             FilemapError::Store(e) => e.kind(),
             FilemapError::Writeback { errno } | FilemapError::DirtyLimit { errno } => {
                 io::Error::from_raw_os_error(*errno).kind()
@@ -647,6 +648,21 @@ impl CachedFile {
     /// and reports a write-back error recorded since this handle last reported one.
     pub fn fsync(&self) -> Result<()> {
         self.sync_range(0, u64::MAX)
+    }
+
+    /// Writes back every dirty folio of the file and waits for all write-back, then reports a
+    /// write-back error recorded since this handle last reported one — [`CachedFile::fsync`]
+    /// without syncing the store: the data has reached the store, not stable storage (what
+    /// NFS does when a file is closed, so that `close` can report the error).
+    pub fn flush(&self) -> Result<()> {
+        let written = self.mapping.write_back_range(0, u64::MAX, true);
+        let mut since = self.since.lock().unwrap();
+        if let Some(errno) = self.mapping.errseq.check_and_advance(&mut since) {
+            return Err(FilemapError::Writeback {
+                errno: i32::from(errno),
+            });
+        }
+        written
     }
 
     /// [`CachedFile::fsync`] for the bytes `offset .. offset + len` only (the store is still

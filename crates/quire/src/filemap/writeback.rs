@@ -167,6 +167,11 @@ impl Mapping {
         {
             let _shared = self.store_len.read().unwrap();
             self.store.write_all_at(start, &bytes[..out])?;
+            // The store now holds the file's data up to here (a page past the end is cut back
+            // to no less below). Raised under `store_len`, so that a cut (which holds it
+            // exclusively) lowers it after, never before.
+            self.store_size
+                .fetch_max(start + len as u64, std::sync::atomic::Ordering::AcqRel);
         }
         if out > len {
             // The page past the end went out whole; cut the store back to the file's length,

@@ -11,7 +11,7 @@
 //! [`StoreError::DirectUnsupported`]; [`IoMode::PreferDirect`] quietly opens the file buffered
 //! instead, and [`FileStore::is_direct`] tells which one the caller got.
 
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use rustix::fs::{self, Mode, OFlags};
@@ -128,6 +128,26 @@ impl FileStore {
             .truncate(true)
             .mode(mode)
             .open(path)
+    }
+
+    /// Wraps a file the caller opened itself — for instance relative to a directory descriptor
+    /// with `openat`, as a file system that must never leave its directory does. Whether it is
+    /// `O_DIRECT` is read from the descriptor's status flags. `path` names it in messages; it
+    /// is not opened. The descriptor should be open for reading and writing: one open for
+    /// reading only serves reads, and writes to it fail with the system's `EBADF`.
+    pub fn from_fd(fd: OwnedFd, path: impl Into<PathBuf>) -> Result<FileStore> {
+        let flags = fs::fcntl_getfl(&fd).map_err(|e| StoreError::errno(Op::Open, 0, e))?;
+        Ok(FileStore {
+            fd,
+            direct: flags.contains(OFlags::DIRECT),
+            path: path.into(),
+        })
+    }
+
+    /// The file's descriptor (for `fstat`, `fallocate` and the like; reads and writes should
+    /// go through the store, which checks alignment).
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
     }
 
     /// Whether the file is open with `O_DIRECT`.

@@ -522,6 +522,11 @@ fn wait_slow(
                 let sleep = now & bit != 0 && !cancel.is_some_and(|c| c.is_cancelled());
                 if sleep {
                     count(Event::Sleeps);
+                } else if uses_bit && now & WAITERS == 0 {
+                    // We set WAITERS and do not sleep after all. Nobody else sleeps on the word
+                    // (a sleeper would have set it), and nobody can start to while we hold the
+                    // queue's lock: take it back, so a cancelled or lucky wait leaves no trace.
+                    word.fetch_and(!WAITERS, Ordering::Relaxed);
                 }
                 sleep
             },

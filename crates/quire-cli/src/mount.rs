@@ -1,0 +1,224 @@
+//! `quire mount SRC MNT` and `quire stat MNT`.
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context};
+use quire_fuse::empty::Empty;
+use quire_fuse::mount::{serve, MountOptions};
+use quire_fuse::passthrough::Passthrough;
+use quire_fuse::stats::STATS_XATTR;
+use quire_fuse::{probe_max_file_size, FsConfig, QuireFs};
+
+/// Which file system to serve (`passthrough*` and `empty` are the benchmark's comparisons).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Kind {
+    /// quire's page cache and dentry cache.
+    Quire,
+    /// Straight to the backing files, direct I/O, no cache in the daemon.
+    Passthrough,
+    /// The same with the kernel's FUSE page cache on.
+    PassthroughCached,
+    /// Answers from memory without touching data.
+    Empty,
+}
+
+/// What `quire mount` was asked.
+pub struct MountArgs {
+    pub src: PathBuf,
+    pub mnt: PathBuf,
+    pub capacity: usize,
+    pub threads: Option<usize>,
+    pub foreground: bool,
+    pub allow_other: bool,
+    pub kind: Kind,
+}
+
+/// Parses a size: a number of bytes with an optional K, M, G or T suffix (powers of 1024,
+/// `KiB`/`KB` spellings accepted).
+pub fn parse_size(s: &str) -> Result<usize, String> {
+    let t = s.trim();
+    let digits = t.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+    let unit = t[digits.len()..].to_ascii_lowercase();
+    let n: usize = digits
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a size (e.g. 512M, 2G, 1048576)"))?;
+    let mult: usize = match unit.as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        "t" | "tb" | "tib" => 1 << 40,
+        _ => return Err(format!("{s:?}: unknown unit {unit:?}")),
+    };
+    n.checked_mul(mult)
+        .ok_or_else(|| format!("{s:?} is too large"))
+}
+
+fn check_dirs(a: &MountArgs) -> anyhow::Result<()> {
+    for (what, p) in [("source", &a.src), ("mount point", &a.mnt)] {
+        let md = std::fs::metadata(p).with_context(|| format!("{what} {}", p.display()))?;
+        if !md.is_dir() {
+            bail!("{what} {} is not a directory", p.display());
+        }
+    }
+    if a.capacity < 1 << 20 || a.capacity % 4096 != 0 {
+        bail!("--capacity must be at least 1 MiB and a multiple of 4 KiB");
+    }
+    Ok(())
+}
+
+/// Mounts and serves until unmounted or signalled; without `--foreground`, in a child process
+/// that reports back once the mount is in place (or why it failed).
+pub fn mount(a: MountArgs) -> anyhow::Result<()> {
+    check_dirs(&a)?;
+    if a.foreground {
+        return run(&a, || {});
+    }
+    let (r, w) = rustix::pipe::pipe().context("making a pipe")?;
+    // SAFETY: the process is single-threaded here (nothing has started a thread yet: the page
+    // cache and FUSE threads are made in the child), so the child may go on running Rust code.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        bail!("fork failed: {}", std::io::Error::last_os_error());
+    }
+    if pid == 0 {
+        drop(r);
+        let _ = rustix::process::setsid();
+        redirect_stdio();
+        let mut report = std::fs::File::from(w);
+        let mut ok_end = report.try_clone().ok();
+        let result = run(&a, move || {
+            if let Some(r) = ok_end.as_mut() {
+                let _ = r.write_all(b"ok");
+            }
+        });
+        if let Err(e) = &result {
+            let _ = write!(report, "error: {e:#}");
+        }
+        std::process::exit(i32::from(result.is_err()));
+    }
+    drop(w);
+    // "ok" once mounted (the daemon keeps its end open while it serves), or an error and the
+    // end of the pipe.
+    let mut pipe = std::fs::File::from(r);
+    let mut first = [0u8; 2];
+    let mut got = 0;
+    while got < 2 {
+        match pipe
+            .read(&mut first[got..])
+            .context("waiting for the daemon")?
+        {
+            0 => break,
+            n => got += n,
+        }
+    }
+    if &first[..got] == b"ok" {
+        println!(
+            "mounted {} at {} (daemon pid {pid})",
+            a.src.display(),
+            a.mnt.display()
+        );
+        return Ok(());
+    }
+    let mut msg = String::from_utf8_lossy(&first[..got]).into_owned();
+    let _ = pipe.read_to_string(&mut msg);
+    let msg = msg.trim_start_matches("error: ").to_string();
+    if msg.is_empty() {
+        bail!("the daemon exited before mounting");
+    }
+    bail!("{msg}")
+}
+
+fn redirect_stdio() {
+    if let Ok(null) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+    {
+        use std::os::fd::AsRawFd;
+        for fd in 0..=2 {
+            // SAFETY: dup2 onto the standard descriptors, which this process owns.
+            unsafe { libc::dup2(null.as_raw_fd(), fd) };
+        }
+    }
+}
+
+/// Builds the file system and serves it; `ready` runs once mounted.
+fn run(a: &MountArgs, ready: impl FnOnce()) -> anyhow::Result<()> {
+    // Before the page cache starts its threads: they must not take the stop signals.
+    quire_fuse::mount::block_stop_signals().context("blocking the stop signals")?;
+    let mut opts = MountOptions::new(format!("quire:{}", a.src.display()));
+    if let Some(t) = a.threads {
+        opts.threads = t.max(1);
+    }
+    opts.allow_other = a.allow_other;
+    let src = std::fs::canonicalize(&a.src)?;
+    match a.kind {
+        Kind::Quire => {
+            let mut cfg = FsConfig::new(a.capacity);
+            cfg.max_file_size = probe_max_file_size(&src);
+            let fs = QuireFs::new(&src, cfg).context("setting up the file system")?;
+            let state = fs.state();
+            serve(
+                fs,
+                &a.mnt,
+                &opts,
+                move || {
+                    if let Err(e) = state.sync_all() {
+                        eprintln!("quire: writing back before unmounting: {e}");
+                    }
+                },
+                ready,
+            )
+            .with_context(|| format!("mounting at {}", a.mnt.display()))
+        }
+        Kind::Passthrough | Kind::PassthroughCached => {
+            opts.subtype = "quire-passthrough".into();
+            let fs = Passthrough::new(&src, a.kind == Kind::PassthroughCached)?;
+            serve(fs, &a.mnt, &opts, || {}, ready)
+                .with_context(|| format!("mounting at {}", a.mnt.display()))
+        }
+        Kind::Empty => {
+            opts.subtype = "quire-empty".into();
+            let fs = Empty::new(&src)?;
+            serve(fs, &a.mnt, &opts, || {}, ready)
+                .with_context(|| format!("mounting at {}", a.mnt.display()))
+        }
+    }
+}
+
+/// Reads the live counters of the quire mount at `mnt`.
+pub fn read_stats(mnt: &Path) -> anyhow::Result<String> {
+    let mut buf = vec![0u8; 1 << 16];
+    match rustix::fs::getxattr(mnt, STATS_XATTR, &mut buf[..]) {
+        Ok(n) => Ok(String::from_utf8_lossy(&buf[..n]).into_owned()),
+        Err(rustix::io::Errno::NODATA | rustix::io::Errno::OPNOTSUPP) => {
+            bail!("{} is not the root of a quire mount", mnt.display())
+        }
+        Err(e) => Err(e).with_context(|| format!("reading the counters of {}", mnt.display())),
+    }
+}
+
+/// `quire stat MNT`.
+pub fn stat(mnt: &Path) -> anyhow::Result<()> {
+    print!("{}", read_stats(mnt)?);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_size;
+
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("256M"), Ok(256 << 20));
+        assert_eq!(parse_size("1g"), Ok(1 << 30));
+        assert_eq!(parse_size("64KiB"), Ok(64 << 10));
+        assert!(parse_size("12Q").is_err());
+        assert!(parse_size("M").is_err());
+        assert!(parse_size("99999999999999999999T").is_err());
+    }
+}

@@ -1,0 +1,27 @@
+//! `quire-fuse`: a FUSE file system that serves a directory through quire — its page cache
+//! (the only data cache: every file is opened with direct I/O in the kernel), its memory budget,
+//! its write-back, and its dentry cache — so that unmodified programs (dd, fio, sqlite, git,
+//! tar) run on it.
+//!
+//! - [`fs`]: [`QuireFs`], the file system.
+//! - [`nodes`]: FUSE node ids over quire dentries (lookup takes a reference, forget puts exactly
+//!   the kernel's count), testable without FUSE.
+//! - [`files`]: one quire mapping per backing file, its handles, and revalidation against
+//!   changes made behind the mount.
+//! - [`passthrough`] and [`empty`]: the comparison file systems of the `fuse` benchmark suite.
+//! - [`mount`]: mounting, serving until unmounted or signalled, unmounting.
+//! - [`stats`]: the counters `quire stat` reads.
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs)]
+
+pub mod empty;
+pub mod errno;
+pub mod files;
+pub mod fs;
+pub mod mount;
+pub mod nodes;
+pub mod passthrough;
+pub mod stats;
+
+pub use fs::{FsConfig, FsState, QuireFs};
+pub use mount::{probe_max_file_size, MountOptions};
