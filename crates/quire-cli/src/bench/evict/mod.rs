@@ -22,7 +22,8 @@
 //! - `zipf`: a file 4× the budget, random 4 KiB reads with Zipf skew 0.99 over its pages (a
 //!   fixed shuffle puts the hot pages all over the file), 2 threads with fixed seeds; three
 //!   budgets' worth of accesses per thread to warm up, then the measured ones. `hit_ratio`,
-//!   `iops`.
+//!   `iops`, and for quire `free_share_at_end` (free frames / frames once the readers are done:
+//!   the reserve background reclaim keeps, which holds no cached data).
 //! - `scan`: a hot set of half the budget, read twice in shuffled order (so that it is in use),
 //!   then read at random by one thread while another reads a file 4× the budget once, in 1 MiB
 //!   reads: `hot_hit_ratio` while the scan runs.
@@ -31,7 +32,8 @@
 //! - `switch`: two files of 0.8× the budget, each read from start to end four times in a row,
 //!   in turns (A, B, A, B): the working set changes while each fits in the budget — the case
 //!   workingset detection is for (the kernel's thrash-detection patches measured this kind of
-//!   transition). The first turn warms up; `hit_ratio` over the other three.
+//!   transition). The first turn warms up; `hit_ratio` over the other three, and for quire
+//!   `refaults_activated` (workingset activations / refaults over those turns).
 //! - `readonce`: one reader per CPU (2), each reading its own file of 5× the budget once in
 //!   1 MiB reads (vm-scalability's `lru-file-readonce`): `mb_per_s`, and for quire
 //!   `direct_reclaims_per_gib` and `direct_reclaims_per_alloc` (allocations that had to reclaim
@@ -294,6 +296,16 @@ fn zipf_case(b: &mut Bench, sz: &Sizes, files: &Files) -> anyhow::Result<()> {
             (THREADS * sz.zipf_ops) as f64 / secs,
             "1/s",
         );
+        // The free reserve background reclaim keeps (frames not holding cached data).
+        let s = cache.stats();
+        b.record(
+            "zipf",
+            variant,
+            THREADS,
+            "free_share_at_end",
+            s.free_frames as f64 / s.frames as f64,
+            "ratio",
+        );
     }
     b.step("zipf / kernel");
     let big = files.big.clone();
@@ -529,9 +541,11 @@ fn switch_case(b: &mut Bench, sz: &Sizes, files: &Files) -> anyhow::Result<()> {
             .collect::<anyhow::Result<_>>()?;
         let mut buf = vec![0u8; CHUNK];
         let (mut asked, mut read, mut secs) = (0, 0, 0.0);
+        let (mut refaults, mut activated) = (0, 0);
         for turn in 0..SWITCH_TURNS {
             let (file, store) = &opened[turn % 2];
             let before = store.bytes_read();
+            let vm = cache.stats().vmstat;
             let t0 = Instant::now();
             let mut n = 0;
             for _ in 0..SWITCH_PASSES {
@@ -541,8 +555,20 @@ fn switch_case(b: &mut Bench, sz: &Sizes, files: &Files) -> anyhow::Result<()> {
                 secs += t0.elapsed().as_secs_f64();
                 asked += n;
                 read += store.bytes_read() - before;
+                let now = cache.stats().vmstat;
+                refaults += now.get(Event::WorkingsetRefault) - vm.get(Event::WorkingsetRefault);
+                activated += now.get(Event::WorkingsetActivate) - vm.get(Event::WorkingsetActivate);
             }
         }
+        // How many refaults workingset detection found within the active list's size.
+        b.record(
+            "switch",
+            variant,
+            1,
+            "refaults_activated",
+            activated as f64 / refaults.max(1) as f64,
+            "ratio",
+        );
         b.record(
             "switch",
             variant,
