@@ -17,11 +17,14 @@
 //! | 1    | `name`       | lock holder (rename)               | hash lookups, `path_of`      |
 //! | 1    | `hash_next`  | bucket-lock holder                 | hash lookups                 |
 //! | 1    | `checked_at` | revalidation (under the directory lock) | walks (age check)       |
+//! | 1    | `dir_fd`     | once, by compare-and-swap          | system calls in the directory |
 //! | 2    | `lockref`    | lock-free gets/puts, lock holder   | —                            |
 //! | 2    | `dev`, `ino` | lock holder (instantiate)          | `identity` (under `seq`)     |
 //! | 2    | `link`       | once, under the directory lock     | symlink walks                |
 //! | 2    | `lru_prev/next` | LRU-lock holder                 | —                            |
-//! | 2    | `dir_fd`     | once, by compare-and-swap          | system calls in the directory |
+//!
+//! Line 1 is padded to 64 bytes, so the count starts line 2; a compile-time assertion checks
+//! both offsets.
 //!
 //! "Lock holder" is the holder of the entry's [`LockRef`] lock (the kernel's `d_lock`): every
 //! change of `flags`, `parent`, `name` or the identity is made under it, inside a write section
@@ -183,6 +186,29 @@ pub(crate) struct Name {
 /// different target means a different inode, hence a different entry).
 pub(crate) struct LinkTarget(pub(crate) Box<[u8]>);
 
+/// The walk line's fields as laid out at the start of [`Dentry`], to size the padding that puts
+/// the reference count on the second line.
+#[repr(C)]
+struct Line1 {
+    _seq: SeqCount,
+    _flags: AtomicU32,
+    _parent: AtomicPtr<Dentry>,
+    _name: AtomicPtr<Name>,
+    _hash_next: AtomicPtr<Dentry>,
+    _checked_at: AtomicU64,
+    _dir_fd: std::sync::atomic::AtomicI32,
+}
+
+/// Padding after the walk line's fields, up to the next 64-byte boundary.
+const LINE1_PAD: usize = (64 - std::mem::size_of::<Line1>() % 64) % 64;
+
+// The count starts the second line, and an entry is two lines (loom's atomics are larger).
+#[cfg(not(loom))]
+const _: () = {
+    assert!(std::mem::offset_of!(Dentry, lockref) == 64);
+    assert!(std::mem::size_of::<Dentry>() == 128);
+};
+
 /// One entry of the dentry cache: a name in a directory, positive (naming a file whose
 /// [`Identity`] it records) or negative (recording that the name does not exist).
 ///
@@ -199,6 +225,12 @@ pub struct Dentry {
     pub(crate) hash_next: AtomicPtr<Dentry>,
     /// When the entry was last confirmed against the file system (ms since the cache started).
     pub(crate) checked_at: AtomicU64,
+    /// A directory entry's own `O_PATH` descriptor, or -1: set once (compare-and-swap from
+    /// -1) when the cache holds directory descriptors, closed when the entry is freed. Not part
+    /// of any lock-free protocol, hence a plain `std` atomic. Written once, read often: it may
+    /// share the walkers' line.
+    pub(crate) dir_fd: std::sync::atomic::AtomicI32,
+    _line1_pad: [u8; LINE1_PAD],
     // ---- line 2: the count and what only lock holders touch ----
     pub(crate) lockref: LockRef,
     pub(crate) dev: AtomicU64,
@@ -206,11 +238,6 @@ pub struct Dentry {
     pub(crate) link: AtomicPtr<LinkTarget>,
     pub(crate) lru_prev: AtomicPtr<Dentry>,
     pub(crate) lru_next: AtomicPtr<Dentry>,
-    pub(crate) cache_id: u64,
-    /// A directory entry's own `O_PATH` descriptor, or -1: set once (compare-and-swap from
-    /// -1) when the cache holds directory descriptors, closed when the entry is freed. Not part
-    /// of any lock-free protocol, hence a plain `std` atomic.
-    pub(crate) dir_fd: std::sync::atomic::AtomicI32,
 }
 
 impl Dentry {
@@ -236,13 +263,13 @@ impl Dentry {
             name: AtomicPtr::new(name),
             hash_next: AtomicPtr::new(std::ptr::null_mut()),
             checked_at: AtomicU64::new(now),
+            _line1_pad: [0; LINE1_PAD],
             lockref: LockRef::with_policy(1, core.policy()),
             dev: AtomicU64::new(dev),
             ino: AtomicU64::new(ino),
             link: AtomicPtr::new(std::ptr::null_mut()),
             lru_prev: AtomicPtr::new(std::ptr::null_mut()),
             lru_next: AtomicPtr::new(std::ptr::null_mut()),
-            cache_id: core.id(),
             dir_fd: std::sync::atomic::AtomicI32::new(-1),
         });
         NonNull::from(Box::leak(d))

@@ -40,7 +40,7 @@
 //! second chance to entries used since it last looked (`REFERENCED`), and kills what it evicts.
 
 use std::ptr::{self, NonNull};
-use std::sync::atomic::{AtomicU64 as StdAtomicU64, AtomicUsize as StdAtomicUsize};
+use std::sync::atomic::AtomicUsize as StdAtomicUsize;
 
 #[cfg(loom)]
 use loom::sync::{Mutex, MutexGuard};
@@ -64,8 +64,6 @@ const MAX_CHAIN: usize = 1 << 16;
 const MAX_DEPTH: usize = 1 << 16;
 /// Bucket-lock spins before each further spin yields the time slice.
 const BUCKET_SPINS: u32 = 64;
-
-static NEXT_CACHE_ID: StdAtomicU64 = StdAtomicU64::new(1);
 
 const BUCKET_LOCKED: usize = 1;
 
@@ -173,7 +171,6 @@ impl Lru {
 /// The core of a dentry cache; see the module documentation. Public (and constructible without
 /// a file system) only under `--cfg loom`, for the model checker.
 pub struct Core {
-    id: u64,
     policy: RefPolicy,
     max_unused: usize,
     buckets: Box<[Bucket]>,
@@ -224,7 +221,6 @@ impl Core {
     pub fn new(policy: RefPolicy, max_unused: usize, buckets: usize, root: Identity) -> Core {
         let n = buckets.clamp(1, 1 << 30).next_power_of_two();
         let mut core = Core {
-            id: NEXT_CACHE_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             policy,
             max_unused,
             buckets: (0..n)
@@ -255,12 +251,6 @@ impl Core {
             0,
         );
         core
-    }
-
-    /// This core's unique id (stored in its entries).
-    #[inline]
-    pub(crate) fn id(&self) -> u64 {
-        self.id
     }
 
     /// The policy of the entries' reference counts.
