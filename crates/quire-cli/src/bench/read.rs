@@ -22,6 +22,8 @@
 //!     once first so the kernel caches it.
 //!   - `kernel-mmap`: a 4 KiB copy out of a shared read-only mapping of the file, pre-faulted by
 //!     touching every page.
+//!   - `kernel-mmap-ref`: 64 bytes of a random page of that mapping (the zero-copy anchor beside
+//!     `quire-ref`).
 //! - case `cold-seq`: the whole file read sequentially in 1 MiB reads on one thread, metric
 //!   `mb_per_s` (MiB/s), best of several runs taken alternately.
 //!   - `quire`: an O_DIRECT store with readahead into large folios; before each run the file is
@@ -72,7 +74,13 @@ pub(super) const CHUNK: usize = 1 << 20;
 /// Threads of the hot case.
 const HOT_THREADS: [usize; 2] = [1, 2];
 /// Variants of the hot case, in the order they run.
-const HOT_VARIANTS: [&str; 4] = ["quire-read", "quire-ref", "kernel-pread", "kernel-mmap"];
+const HOT_VARIANTS: [&str; 5] = [
+    "quire-read",
+    "quire-ref",
+    "kernel-pread",
+    "kernel-mmap",
+    "kernel-mmap-ref",
+];
 /// Pages whose contents are checked through each variant before the hot case is timed.
 const CHECKED_PAGES: usize = 2048;
 
@@ -528,6 +536,13 @@ fn hot_random(b: &mut Bench, path: &Path, size: u64, content: &Content) -> anyho
                     "kernel-mmap" => hot_loop(stop, &mut rng, pages, |idx, buf| {
                         let at = idx as usize * PAGE;
                         buf.copy_from_slice(&map.bytes()[at..at + PAGE]);
+                        Ok(())
+                    }),
+                    "kernel-mmap-ref" => hot_loop(stop, &mut rng, pages, |idx, _| {
+                        let at = idx as usize * PAGE;
+                        let mut head = [0u8; 64];
+                        head.copy_from_slice(&map.bytes()[at..at + 64]);
+                        black_box(&head);
                         Ok(())
                     }),
                     other => Err(anyhow::anyhow!("unknown variant {other}")),
