@@ -5,7 +5,7 @@
 //!
 //! `cargo run --release -p quire --example hot_hits -- MODE [MiB] [seconds]`: `ref` takes a
 //! zero-copy reference with `read_folio` and reads 64 bytes of the page, `read` copies the page
-//! with `read_at`; `bare` reads 64 bytes of a random page of a plain buffer of the same size
+//! with `read_at`, `reader-ref` and `reader-read` do the same through a `FileReader`; `bare` reads 64 bytes of a random page of a plain buffer of the same size
 //! (what a mapped file's hit costs, less its TLB), and `bare-atomics` does the same with an
 //! atomic increment before and a decrement after each read, on one of 128 counters (a reference
 //! get and put on a large folio, without the lookup). The data is `MiB` large (256 by default:
@@ -31,9 +31,10 @@ fn main() {
         bare(&mode, size, secs);
         return;
     }
+    let modes = ["ref", "read", "reader-ref", "reader-read"];
     assert!(
-        mode == "ref" || mode == "read",
-        "mode is ref, read, bare or bare-atomics"
+        modes.contains(&mode.as_str()),
+        "mode is one of {modes:?}, bare or bare-atomics"
     );
     let cache = PageCache::new(CacheConfig::new(2 * size)).expect("cache");
     let f = cache
@@ -48,6 +49,7 @@ fn main() {
     let pages = (size / PAGE) as u64;
     let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
     let mut buf = [0u8; PAGE];
+    let mut reader = f.reader();
     let t0 = Instant::now();
     let mut n = 0u64;
     while t0.elapsed().as_secs_f64() < secs {
@@ -56,15 +58,23 @@ fn main() {
             x ^= x >> 7;
             x ^= x << 17;
             let idx = x % pages;
-            if mode == "ref" {
-                let r = f.read_folio(idx).expect("hit");
+            if mode.ends_with("ref") {
+                let r = if mode == "ref" {
+                    f.read_folio(idx)
+                } else {
+                    reader.read_folio(idx)
+                }
+                .expect("hit");
                 let at = ((idx - r.index()) as usize) * PAGE;
                 let bytes = r.bytes().expect("up to date");
                 let mut head = [0u8; 64];
                 head.copy_from_slice(&bytes[at..at + 64]);
                 black_box(&head);
-            } else {
+            } else if mode == "read" {
                 f.read_at(idx * PAGE as u64, &mut buf).expect("hit");
+                black_box(&buf);
+            } else {
+                reader.read_at(idx * PAGE as u64, &mut buf).expect("hit");
                 black_box(&buf);
             }
         }

@@ -18,6 +18,8 @@
 //!     cache warmed by reading the whole file once, which lands it in large folios).
 //!   - `quire-ref`: [`CachedFile::read_folio`], then 64 bytes of the page read from the
 //!     zero-copy reference, which is then dropped.
+//!   - `quire-reader-read`, `quire-reader-ref`: the same through a [`quire::filemap::FileReader`]
+//!     per thread (one read-side critical section kept across 64 hits).
 //!   - `kernel-pread`: `pread` of 4 KiB from a plain buffered [`File`], the file read whole
 //!     once first so the kernel caches it.
 //!   - `kernel-mmap`: a 4 KiB copy out of a shared read-only mapping of the file, pre-faulted by
@@ -74,9 +76,11 @@ pub(super) const CHUNK: usize = 1 << 20;
 /// Threads of the hot case.
 const HOT_THREADS: [usize; 2] = [1, 2];
 /// Variants of the hot case, in the order they run.
-const HOT_VARIANTS: [&str; 5] = [
+const HOT_VARIANTS: [&str; 7] = [
     "quire-read",
     "quire-ref",
+    "quire-reader-read",
+    "quire-reader-ref",
     "kernel-pread",
     "kernel-mmap",
     "kernel-mmap-ref",
@@ -480,6 +484,7 @@ fn hot_random(b: &mut Bench, path: &Path, size: u64, content: &Content) -> anyho
     // Every variant reads the right bytes.
     let mut rng = Rng::new(7);
     let mut page = vec![0u8; PAGE];
+    let mut reader = file.reader();
     for _ in 0..CHECKED_PAGES {
         let off = rng.below(pages) * PAGE as u64;
         file.read_exact_at(off, &mut page)?;
@@ -496,6 +501,18 @@ fn hot_random(b: &mut Bench, path: &Path, size: u64, content: &Content) -> anyho
             content.check_page(off, &bytes[at..at + PAGE]),
             "quire-ref: wrong data at {off}"
         );
+        reader.read_exact_at(off, &mut page)?;
+        ensure!(
+            content.check_page(off, &page),
+            "quire-reader-read: wrong data at {off}"
+        );
+        let f = reader.read_folio(off / PAGE as u64)?;
+        let at = ((off / PAGE as u64 - f.index()) as usize) * PAGE;
+        let bytes = f.bytes().context("a reader gave a folio not up to date")?;
+        ensure!(
+            content.check_page(off, &bytes[at..at + PAGE]),
+            "quire-reader-ref: wrong data at {off}"
+        );
         kfile.read_exact_at(&mut page, off)?;
         ensure!(
             content.check_page(off, &page),
@@ -508,6 +525,7 @@ fn hot_random(b: &mut Bench, path: &Path, size: u64, content: &Content) -> anyho
         );
     }
 
+    drop(reader);
     let dur = hot_duration(b.quick());
     let errors = FirstError::default();
     for threads in HOT_THREADS {
@@ -529,6 +547,25 @@ fn hot_random(b: &mut Bench, path: &Path, size: u64, content: &Content) -> anyho
                         black_box(&head);
                         Ok(())
                     }),
+                    "quire-reader-read" => {
+                        let mut reader = file.reader();
+                        hot_loop(stop, &mut rng, pages, |idx, buf| {
+                            reader.read_at(idx * PAGE as u64, buf)?;
+                            Ok(())
+                        })
+                    }
+                    "quire-reader-ref" => {
+                        let mut reader = file.reader();
+                        hot_loop(stop, &mut rng, pages, |idx, _| {
+                            let f = reader.read_folio(idx)?;
+                            let at = ((idx - f.index()) as usize) * PAGE;
+                            let bytes = f.bytes().context("not up to date")?;
+                            let mut head = [0u8; 64];
+                            head.copy_from_slice(&bytes[at..at + 64]);
+                            black_box(&head);
+                            Ok(())
+                        })
+                    }
                     "kernel-pread" => hot_loop(stop, &mut rng, pages, |idx, buf| {
                         kfile.read_exact_at(buf, idx * PAGE as u64)?;
                         Ok(())

@@ -172,8 +172,13 @@ impl Mapping {
 
     /// The folio at `index` with a reference, lock-free (DESIGN.md rule 5).
     pub(crate) fn find_get(&self, index: u64) -> Option<FolioRef<'_>> {
-        let guard = rcu::pin();
-        let mut cursor = self.pages.cursor(index, &guard);
+        self.find_get_in(index, &rcu::pin())
+    }
+
+    /// [`Mapping::find_get`] under a guard the caller holds (and keeps across many lookups).
+    #[inline]
+    pub(crate) fn find_get_in(&self, index: u64, guard: &rcu::Guard) -> Option<FolioRef<'_>> {
+        let mut cursor = self.pages.cursor(index, guard);
         let mut spins = 0u32;
         loop {
             let folio = match cursor.load() {
@@ -509,12 +514,7 @@ impl Mapping {
                 Err(e) if pos > offset && e.kind() == std::io::ErrorKind::UnexpectedEof => break,
                 Err(e) => return Err(e),
             };
-            let first = f.index();
-            let continues = prev_end.is_some_and(|e| {
-                let p = e.wrapping_sub(1) >> FRAME_SHIFT;
-                e > 0 && p >= first && p - first < f.nr_frames() as u64
-            });
-            if pos != offset || !continues {
+            if pos != offset || !continues_in(prev_end, &f) {
                 self.mark_accessed(&f);
             }
             let start = f.index() << FRAME_SHIFT;
@@ -527,6 +527,67 @@ impl Mapping {
         }
         ra.note_read(offset >> FRAME_SHIFT, last);
         Ok((pos.min(end) - offset) as usize)
+    }
+
+    /// The hit path of a [`super::FileReader`]: the folio at `index` under the caller's
+    /// guard, if it is inside the file, cached, up to date and without a readahead marker, with
+    /// the hit counted; `None` sends the caller to the full path (which also reports errors).
+    #[inline]
+    fn try_hit(&self, index: u64, guard: &rcu::Guard) -> Option<FolioRef<'_>> {
+        if index >= self.size().div_ceil(PAGE_SIZE) {
+            return None;
+        }
+        let f = self.find_get_in(index, guard)?;
+        if f.flags() & (UPTODATE | READAHEAD) != UPTODATE {
+            return None;
+        }
+        count(Event::PageCacheHits);
+        Some(f)
+    }
+
+    /// [`Mapping::read_folio`] when it is a plain hit, under the caller's guard; `None` if the
+    /// full path must answer.
+    #[inline]
+    pub(crate) fn read_folio_hit(
+        &self,
+        ra: &Readahead,
+        index: u64,
+        guard: &rcu::Guard,
+    ) -> Option<FolioRef<'_>> {
+        let f = self.try_hit(index, guard)?;
+        self.mark_accessed(&f);
+        ra.note_read(index, index);
+        Some(f)
+    }
+
+    /// [`Mapping::read_at`] when the whole of `buf` lies in one cached folio inside the file,
+    /// under the caller's guard; `None` (nothing read, nothing noted) if the full path must
+    /// answer.
+    #[inline]
+    pub(crate) fn read_at_hit(
+        &self,
+        ra: &Readahead,
+        offset: u64,
+        buf: &mut [u8],
+        guard: &rcu::Guard,
+    ) -> Option<usize> {
+        let end = offset.checked_add(buf.len() as u64)?;
+        if buf.is_empty() || end > self.size() {
+            return None;
+        }
+        let f = self.try_hit(offset >> FRAME_SHIFT, guard)?;
+        let start = f.index() << FRAME_SHIFT;
+        let bytes = f.bytes()?;
+        if end > start + bytes.len() as u64 {
+            return None;
+        }
+        if !continues_in(ra.swap_read_end(end), &f) {
+            self.mark_accessed(&f);
+        }
+        let off = (offset - start) as usize;
+        buf.copy_from_slice(&bytes[off..off + buf.len()]);
+        ra.note_read(offset >> FRAME_SHIFT, (end - 1) >> FRAME_SHIFT);
+        Some(buf.len())
     }
 
     pub(crate) fn read_folio(&self, ra: &Readahead, index: u64) -> Result<FolioRef<'_>> {
@@ -928,4 +989,16 @@ impl Drop for Mapping {
     fn drop(&mut self) {
         self.close();
     }
+}
+
+/// Whether a read whose previous one (by this thread, through this handle) ended at byte
+/// `prev_end` continues in folio `f`: the byte before `prev_end` lies in it. Such a read does
+/// not mark the folio accessed again (the kernel's `filemap_read`).
+#[inline]
+fn continues_in(prev_end: Option<u64>, f: &Folio) -> bool {
+    prev_end.is_some_and(|e| {
+        let p = e.wrapping_sub(1) >> FRAME_SHIFT;
+        let first = f.index();
+        e > 0 && p >= first && p - first < f.nr_frames() as u64
+    })
 }

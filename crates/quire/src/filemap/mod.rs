@@ -60,6 +60,7 @@
 pub mod errseq;
 mod mapping;
 pub mod readahead;
+mod reader;
 mod workers;
 mod writeback;
 
@@ -81,6 +82,7 @@ use crate::xarray::{AddWalks, ListedNode, Mark, XArray, XaPointer};
 pub use errseq::{ErrSeq, ErrSeqSince};
 use mapping::Mapping;
 pub use readahead::{RaState, RaWindow, Readahead};
+pub use reader::{FileReader, REPIN_EVERY};
 
 /// The index mark of dirty folios.
 pub const DIRTY_MARK: Mark = Mark::M0;
@@ -565,6 +567,16 @@ impl std::fmt::Debug for PageCache {
     }
 }
 
+/// The error of a read that found the file ending at `offset`.
+fn short_read(offset: u64) -> FilemapError {
+    FilemapError::Store(StoreError::Io {
+        op: crate::store::Op::Read,
+        offset,
+        kind: io::ErrorKind::UnexpectedEof,
+        errno: None,
+    })
+}
+
 /// One open handle on a cached file: the mapping, plus this handle's readahead state and its
 /// position in the file's write-back error sequence.
 pub struct CachedFile {
@@ -612,14 +624,15 @@ impl CachedFile {
     pub fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
         let n = self.read_at(offset, buf)?;
         if n < buf.len() {
-            return Err(FilemapError::Store(StoreError::Io {
-                op: crate::store::Op::Read,
-                offset: offset + n as u64,
-                kind: io::ErrorKind::UnexpectedEof,
-                errno: None,
-            }));
+            return Err(short_read(offset + n as u64));
         }
         Ok(())
+    }
+
+    /// A reader of this handle that keeps its read-side critical section across hits (see
+    /// [`FileReader`]): for a thread that reads much, one per thread.
+    pub fn reader(&self) -> FileReader<'_> {
+        FileReader::new(self)
     }
 
     /// The up-to-date folio holding page `index`, read from the store if needed, without

@@ -55,6 +55,21 @@ mod imp {
         pub fn flush(&self) {
             self.inner.flush();
         }
+
+        /// Leaves the critical section and enters a new one, so that a guard kept across many
+        /// lookups does not hold back grace periods. Pointers loaded before are not to be used
+        /// after.
+        #[inline]
+        pub fn repin(&mut self) {
+            self.inner.repin();
+        }
+
+        /// Leaves the critical section while `f` runs (if this is the thread's only guard), and
+        /// enters a new one after: for slow work (I/O, sleeping) under a long-lived guard.
+        #[inline]
+        pub fn repin_after<R>(&mut self, f: impl FnOnce() -> R) -> R {
+            self.inner.repin_after(f)
+        }
     }
 
     struct SendPtr<T>(*mut T);
@@ -121,6 +136,24 @@ mod imp {
 
         /// Runs deferred work if no reader is left.
         pub fn flush(&self) {}
+
+        /// Leaves the critical section and enters a new one.
+        pub fn repin(&mut self) {
+            if READERS.fetch_sub(1, Ordering::SeqCst) == 1 {
+                run_if_quiescent();
+            }
+            READERS.fetch_add(1, Ordering::SeqCst);
+        }
+
+        /// Leaves the critical section while `f` runs, and enters a new one after.
+        pub fn repin_after<R>(&mut self, f: impl FnOnce() -> R) -> R {
+            if READERS.fetch_sub(1, Ordering::SeqCst) == 1 {
+                run_if_quiescent();
+            }
+            let r = f();
+            READERS.fetch_add(1, Ordering::SeqCst);
+            r
+        }
     }
 
     impl Drop for Guard {

@@ -1,0 +1,216 @@
+//! `FileReader`: a reader that keeps its read-side critical section across hits must read,
+//! fail, count and mark exactly as the handle's own methods do, under writes, cuts, misses and
+//! evictions, and concurrently with writers.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use quire::filemap::{PageCache, REPIN_EVERY};
+use quire::store::MemStore;
+use quire::vmscan::Lru;
+
+use common::{check_no_leak, quiet_config, same, Rng, PAGE};
+
+/// Random reads through a reader and through the handle, with writes and cuts between them,
+/// in a cache small enough that reads miss and folios are evicted: both give the same results
+/// (lengths, bytes, errors) as a byte model of the file.
+#[test]
+fn a_reader_reads_what_the_handle_reads() {
+    let mut cfg = quiet_config(1 << 20);
+    cfg.max_folio_order = 3;
+    let cache = PageCache::new(cfg).unwrap();
+    let mut rng = Rng(0x5eed_1234);
+    let mut model = rng.bytes(600 * 1024);
+    let f = cache
+        .open(Arc::new(MemStore::from_vec(model.clone())))
+        .unwrap();
+    let mut reader = f.reader();
+    for step in 0..4000 {
+        let ctx = format!("step {step}");
+        match rng.below(20) {
+            0 => {
+                let off = rng.below(model.len() + 2 * PAGE);
+                let n = rng.range(1, 3 * PAGE);
+                let data = rng.bytes(n);
+                f.write_at(off as u64, &data).unwrap();
+                if model.len() < off + data.len() {
+                    model.resize(off + data.len(), 0);
+                }
+                model[off..off + data.len()].copy_from_slice(&data);
+            }
+            1 => {
+                let len = rng.below(700 * 1024);
+                f.set_len(len as u64).unwrap();
+                model.resize(len, 0);
+            }
+            2 => {
+                let index = rng.below(model.len() / PAGE + 3) as u64;
+                let pages = model.len().div_ceil(PAGE) as u64;
+                match reader.read_folio(index) {
+                    Ok(r) => {
+                        assert!(index < pages, "{ctx}: folio {index} past the end");
+                        let at = ((index - r.index()) as usize) * PAGE;
+                        let bytes = r.bytes().expect("up to date");
+                        let end = model.len().min((index as usize + 1) * PAGE);
+                        same(
+                            &bytes[at..at + (end - index as usize * PAGE)],
+                            &model[index as usize * PAGE..end],
+                            &ctx,
+                        );
+                    }
+                    Err(e) => {
+                        assert!(index >= pages, "{ctx}: folio {index}: {e}");
+                        assert_eq!(e.kind(), std::io::ErrorKind::UnexpectedEof, "{ctx}");
+                    }
+                }
+            }
+            _ => {
+                // Mostly single pages (the reader's hit path), some across folios and the end.
+                let off = rng.below(model.len() + PAGE);
+                let len = if rng.below(3) == 0 {
+                    rng.below(5 * PAGE)
+                } else {
+                    PAGE - off % PAGE
+                };
+                let mut a = vec![0xAA; len];
+                let mut b = vec![0x55; len];
+                let n = reader.read_at(off as u64, &mut a).unwrap();
+                let m = f.read_at(off as u64, &mut b).unwrap();
+                let want = model.len().saturating_sub(off).min(len);
+                assert_eq!((n, m), (want, want), "{ctx}: read of {len} at {off}");
+                if n > 0 {
+                    same(&a[..n], &model[off..off + n], &ctx);
+                    same(&b[..m], &model[off..off + m], &ctx);
+                }
+            }
+        }
+    }
+    let mut buf = [0u8; 16];
+    assert!(
+        reader.read_at(u64::MAX - 8, &mut buf).is_err(),
+        "an offset past the largest file is an error, as for the handle"
+    );
+    drop(reader);
+    drop(f);
+    check_no_leak(&cache, "after the reader");
+}
+
+/// A reader's hits mark folios accessed as the handle's do: a page read twice through a reader,
+/// with another read between, is activated; a page read in pieces is one access.
+#[test]
+fn a_readers_hits_are_marked_like_the_handles() {
+    let mut cfg = quiet_config(1 << 20);
+    cfg.max_folio_order = 0;
+    cfg.readahead_max = 0;
+    cfg.io_threads = 0;
+    let cache = PageCache::new(cfg).unwrap();
+    let data = common::pattern(16 * PAGE, 4);
+    let f = cache
+        .open(Arc::new(MemStore::from_vec(data.clone())))
+        .unwrap();
+    let mut reader = f.reader();
+    let mut page = vec![0u8; PAGE];
+    for p in 0..16u64 {
+        reader.read_exact_at(p * PAGE as u64, &mut page).unwrap();
+    }
+    let lists = |cache: &PageCache| {
+        let s = cache.stats();
+        (s.lru(Lru::InactiveFile), s.lru(Lru::ActiveFile))
+    };
+    assert_eq!(lists(&cache), (16, 0));
+    let mut piece = [0u8; 512];
+    for k in 0..(PAGE / 512) {
+        let off = 5 * PAGE + k * 512;
+        reader.read_exact_at(off as u64, &mut piece).unwrap();
+        same(&piece, &data[off..off + 512], "piece");
+    }
+    assert_eq!(
+        lists(&cache),
+        (15, 1),
+        "the second access to page 5 activated it"
+    );
+    reader.read_exact_at(9 * PAGE as u64, &mut page).unwrap();
+    drop(reader.read_folio(3).unwrap());
+    reader.read_exact_at(9 * PAGE as u64, &mut page).unwrap();
+    assert_eq!(
+        lists(&cache),
+        (13, 3),
+        "pages 9 (read_at) and 3 (read_folio) each read a second time: active"
+    );
+}
+
+/// Two threads read single pages through readers of one handle, far more than `REPIN_EVERY`
+/// hits each, while a third rewrites whole pages with a new generation and cuts and regrows the
+/// file's tail (so index nodes are freed under the readers): every page read is whole, from one
+/// generation, and tagged with its own index; nothing leaks.
+#[test]
+fn readers_on_two_threads_see_whole_pages_while_a_writer_rewrites_and_cuts() {
+    const PAGES: usize = 256;
+    let page_of = |index: usize, gen: u8| -> Vec<u8> {
+        let mut p = vec![gen; PAGE];
+        p[..8].copy_from_slice(&(index as u64).to_le_bytes());
+        p
+    };
+    let mut cfg = quiet_config(2 << 20);
+    cfg.max_folio_order = 2;
+    let cache = PageCache::new(cfg).unwrap();
+    let mut init = Vec::with_capacity(PAGES * PAGE);
+    for i in 0..PAGES {
+        init.extend_from_slice(&page_of(i, 0));
+    }
+    let f = cache.open(Arc::new(MemStore::from_vec(init))).unwrap();
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let readers: Vec<_> = (0..2u64)
+            .map(|t| {
+                let (f, stop) = (&f, &stop);
+                s.spawn(move || {
+                    let mut rng = Rng(0xabc + t);
+                    let mut reader = f.reader();
+                    let mut buf = vec![0u8; PAGE];
+                    let mut hits = 0u64;
+                    while !stop.load(Ordering::Relaxed) || hits < 20 * REPIN_EVERY as u64 {
+                        let i = rng.below(PAGES);
+                        let n = reader.read_at((i * PAGE) as u64, &mut buf).unwrap();
+                        if n == 0 {
+                            continue; // cut off for the moment
+                        }
+                        assert_eq!(n, PAGE, "page {i}: a short page");
+                        let tag = u64::from_le_bytes(buf[..8].try_into().unwrap());
+                        let gen = buf[8];
+                        // A regrown tail reads as zeros until rewritten: tag 0, generation 0.
+                        if tag != 0 || gen != 0 {
+                            assert_eq!(tag, i as u64, "page {i} carries another page's tag");
+                        }
+                        assert!(
+                            buf[8..].iter().all(|&b| b == gen),
+                            "page {i}: bytes of two generations"
+                        );
+                        hits += 1;
+                    }
+                    hits
+                })
+            })
+            .collect();
+        let mut rng = Rng(0x77);
+        for round in 1..=300u32 {
+            let gen = (round % 250) as u8 + 1;
+            if round % 10 == 0 {
+                f.set_len((PAGES / 2 * PAGE) as u64).unwrap();
+                f.set_len((PAGES * PAGE) as u64).unwrap();
+            }
+            for _ in 0..8 {
+                let i = rng.below(PAGES);
+                f.write_at((i * PAGE) as u64, &page_of(i, gen)).unwrap();
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        for r in readers {
+            assert!(r.join().unwrap() >= 20 * REPIN_EVERY as u64);
+        }
+    });
+    drop(f);
+    check_no_leak(&cache, "readers and a writer");
+}
