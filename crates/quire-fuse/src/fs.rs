@@ -292,7 +292,7 @@ fn kind_of_dtype(t: rustix::fs::FileType) -> FileType {
 }
 
 /// The attributes the kernel gets for node `id` whose backing file `st` describes.
-fn attr_of(id: u64, st: &rustix::fs::Statx) -> FileAttr {
+pub(crate) fn attr_of(id: u64, st: &rustix::fs::Statx) -> FileAttr {
     let mode = u32::from(st.stx_mode);
     FileAttr {
         ino: INodeNo(id),
@@ -313,7 +313,8 @@ fn attr_of(id: u64, st: &rustix::fs::Statx) -> FileAttr {
     }
 }
 
-fn statx_fd(fd: BorrowedFd<'_>) -> rustix::io::Result<rustix::fs::Statx> {
+/// `statx` of the file `fd` refers to (also an `O_PATH` descriptor).
+pub(crate) fn statx_fd(fd: BorrowedFd<'_>) -> rustix::io::Result<rustix::fs::Statx> {
     rustix::fs::statx(fd, "", AtFlags::EMPTY_PATH, StatxFlags::BASIC_STATS)
 }
 
@@ -397,6 +398,31 @@ impl FsState {
         self.nodes.dentry(node).ok_or(Errno::ESTALE)
     }
 
+    /// Opens the name of `d` in its directory with `flags` (never following a symbolic link):
+    /// the dentry cache's errors as an `errno`, the system call's left to the caller.
+    fn open_name(&self, d: &DentryRef<'_>, flags: OFlags) -> R<rustix::io::Result<OwnedFd>> {
+        self.nodes
+            .dcache()
+            .with_name(d, |dir, name| {
+                rustix::fs::openat(
+                    dir,
+                    name,
+                    flags | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                    Mode::empty(),
+                )
+            })
+            .map_err(|e| errno::of_dcache(&e))
+    }
+
+    /// `fd`'s attributes, checked to be `node`'s file (`ESTALE` if the name now names another).
+    fn check_same(node: &Node, fd: &OwnedFd) -> R<rustix::fs::Statx> {
+        let st = statx_fd(fd.as_fd()).map_err(errno::of_sys)?;
+        if !same_file(&st, &node.ident) {
+            return Err(Errno::ESTALE);
+        }
+        Ok(st)
+    }
+
     fn handle(&self, fh: FileHandle) -> R<Arc<Handle>> {
         self.handles[fh.0 as usize % HANDLE_SHARDS]
             .lock()
@@ -458,30 +484,22 @@ impl FsState {
     fn opath(&self, node: &Node) -> R<OwnedFd> {
         let d = self.dentry(node)?;
         let fd = if node.ident.kind == FileKind::Dir || node.id == ROOT_ID {
-            self.nodes.dcache().with_dir(&d, |fd| {
-                rustix::fs::openat(
-                    fd,
-                    ".",
-                    OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
-                    Mode::empty(),
-                )
-            })
+            self.nodes
+                .dcache()
+                .with_dir(&d, |fd| {
+                    rustix::fs::openat(
+                        fd,
+                        ".",
+                        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                        Mode::empty(),
+                    )
+                })
+                .map_err(|e| errno::of_dcache(&e))?
         } else {
-            self.nodes.dcache().with_name(&d, |dir, name| {
-                rustix::fs::openat(
-                    dir,
-                    name,
-                    OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-                    Mode::empty(),
-                )
-            })
+            self.open_name(&d, OFlags::PATH)?
         }
-        .map_err(|e| errno::of_dcache(&e))?
         .map_err(errno::of_sys)?;
-        let st = statx_fd(fd.as_fd()).map_err(errno::of_sys)?;
-        if !same_file(&st, &node.ident) {
-            return Err(Errno::ESTALE);
-        }
+        Self::check_same(node, &fd)?;
         Ok(fd)
     }
 
@@ -499,19 +517,7 @@ impl FsState {
     fn open_backing(&self, node: &Node) -> R<Opened> {
         let d = self.dentry(node)?;
         let path = self.nodes.dcache().path_of(&d);
-        let try_open = |flags: OFlags| {
-            self.nodes
-                .dcache()
-                .with_name(&d, |dir, name| {
-                    rustix::fs::openat(
-                        dir,
-                        name,
-                        flags | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-                        Mode::empty(),
-                    )
-                })
-                .map_err(|e| errno::of_dcache(&e))
-        };
+        let try_open = |flags: OFlags| self.open_name(&d, flags);
         let mut writable = true;
         let mut result = try_open(OFlags::RDWR | OFlags::DIRECT)?;
         if matches!(result, Err(rustix::io::Errno::INVAL)) {
@@ -528,10 +534,7 @@ impl FsState {
             }
         }
         let fd = result.map_err(errno::of_sys)?;
-        let st = statx_fd(fd.as_fd()).map_err(errno::of_sys)?;
-        if !same_file(&st, &node.ident) {
-            return Err(Errno::ESTALE);
-        }
+        let st = Self::check_same(node, &fd)?;
         if u32::from(st.stx_mode) & libc::S_IFMT != libc::S_IFREG {
             return Err(Errno::EINVAL);
         }
@@ -705,23 +708,8 @@ impl FsState {
                 }
                 None => {
                     let d = self.dentry(node)?;
-                    let fd = self
-                        .nodes
-                        .dcache()
-                        .with_name(&d, |dir, name| {
-                            rustix::fs::openat(
-                                dir,
-                                name,
-                                OFlags::WRONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-                                Mode::empty(),
-                            )
-                        })
-                        .map_err(|e| errno::of_dcache(&e))?
-                        .map_err(errno::of_sys)?;
-                    let st = statx_fd(fd.as_fd()).map_err(errno::of_sys)?;
-                    if !same_file(&st, &node.ident) {
-                        return Err(Errno::ESTALE);
-                    }
+                    let fd = self.open_name(&d, OFlags::WRONLY)?.map_err(errno::of_sys)?;
+                    Self::check_same(node, &fd)?;
                     rustix::fs::ftruncate(&fd, size).map_err(errno::of_sys)?;
                 }
             }

@@ -29,6 +29,8 @@ use parking_lot::Mutex;
 use rustix::fs::{AtFlags, Mode, OFlags, StatxFlags, CWD};
 
 use crate::errno::of_sys;
+// The passthrough's nodes get the same attributes as `quire mount`'s.
+use crate::fs::{attr_of as attr, statx_fd};
 
 /// A directory's entries: name, inode number, type.
 type Listing = Vec<(Vec<u8>, u64, FileType)>;
@@ -89,41 +91,8 @@ pub struct Passthrough {
     ttl: Duration,
 }
 
-fn to_time(sec: i64, nsec: u32) -> SystemTime {
-    UNIX_EPOCH + Duration::new(sec.max(0) as u64, nsec)
-}
-
-fn kind(mode: u32) -> FileType {
-    match mode & libc::S_IFMT {
-        libc::S_IFDIR => FileType::Directory,
-        libc::S_IFLNK => FileType::Symlink,
-        _ => FileType::RegularFile,
-    }
-}
-
-fn attr(id: u64, st: &rustix::fs::Statx) -> FileAttr {
-    let mode = u32::from(st.stx_mode);
-    FileAttr {
-        ino: INodeNo(id),
-        size: st.stx_size,
-        blocks: st.stx_blocks,
-        atime: to_time(st.stx_atime.tv_sec, st.stx_atime.tv_nsec),
-        mtime: to_time(st.stx_mtime.tv_sec, st.stx_mtime.tv_nsec),
-        ctime: to_time(st.stx_ctime.tv_sec, st.stx_ctime.tv_nsec),
-        crtime: to_time(st.stx_btime.tv_sec, st.stx_btime.tv_nsec),
-        kind: kind(mode),
-        perm: (mode & 0o7777) as u16,
-        nlink: st.stx_nlink,
-        uid: st.stx_uid,
-        gid: st.stx_gid,
-        rdev: 0,
-        blksize: st.stx_blksize,
-        flags: 0,
-    }
-}
-
 fn fstat(fd: impl AsFd) -> rustix::io::Result<rustix::fs::Statx> {
-    rustix::fs::statx(fd, "", AtFlags::EMPTY_PATH, StatxFlags::BASIC_STATS)
+    statx_fd(fd.as_fd())
 }
 
 fn proc_path(fd: &OwnedFd) -> String {
