@@ -55,7 +55,18 @@ fn lists_hold_every_cached_folio(cache: &PageCache, what: &str) {
 /// Reclaim's counters add up.
 #[track_caller]
 fn counters_add_up(cache: &PageCache, what: &str) {
-    let v = cache.stats().vmstat;
+    // Background reclaim counts a batch's steals after evicting it: take figures read while
+    // no batch was in flight.
+    let mut v = cache.stats().vmstat;
+    wait_for(
+        what,
+        Duration::from_secs(5),
+        || {
+            v = cache.stats().vmstat;
+            v.get(Event::PgSteal) == v.get(Event::Evictions)
+        },
+        || format!("{:?}", cache.stats().vmstat),
+    );
     let get = |e: Event| v.get(e);
     assert!(get(Event::PgSteal) > 0, "{what}: reclaim ran: {v:?}");
     assert_eq!(
