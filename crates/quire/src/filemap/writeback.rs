@@ -98,9 +98,13 @@ impl Mapping {
         self.cache.dirty.fetch_sub(frames, Ordering::Relaxed);
         g.start_writeback();
         {
+            // WRITEBACK before DIRTY goes (the kernel's `__folio_start_writeback` order): an
+            // `fsync` walks the DIRTY marks without the lock and then the WRITEBACK marks, and
+            // one that finds DIRTY already gone must find WRITEBACK, or it returns before this
+            // write-back reaches the store (the marks are release stores, read with acquire).
             let mut xa = self.pages.lock();
-            xa.clear_mark(index, DIRTY_MARK);
             xa.set_mark(index, WRITEBACK_MARK);
+            xa.clear_mark(index, DIRTY_MARK);
         }
         let f = g.unlock();
         let result = self.write_out(&f);
