@@ -4,6 +4,8 @@
 //!   with a descriptor ([`Folio`]) per frame — the memmap.
 //! - [`buddy`]: the allocator of naturally aligned blocks of 2^order frames (order 0 to 9), with
 //!   sharded caches for order 0.
+//! - [`dirtybit`]: which frames were written since last cleared — the MMU's record, read through
+//!   userfaultfd's asynchronous write protection and `PAGEMAP_SCAN`, or a software bitmap.
 //! - [`folio`]: the descriptor's flag word, reference count and lock/wait operations, the owned
 //!   reference [`FolioRef`], the locked guard [`FolioGuard`] and [`FrozenFolio`].
 //!
@@ -19,9 +21,11 @@
 //! ```
 
 pub mod buddy;
+pub mod dirtybit;
 pub mod folio;
 pub mod pool;
 
 pub use buddy::{Buddy, BuddyStats, MAX_ORDER};
+pub use dirtybit::{DirtyBitKind, DirtyBitMode, DirtyBits};
 pub use folio::{Folio, FolioGuard, FolioRef, FrozenFolio, FRAME_SHIFT, FRAME_SIZE};
 pub use pool::{FramePool, PoolError};
