@@ -6,6 +6,7 @@
 //! mails did.
 
 mod dcache;
+mod dirtybit;
 pub(crate) mod evict;
 mod fuse;
 mod harness;
@@ -42,6 +43,7 @@ pub const SUITES: &[Suite] = &[
     write::SUITE,
     evict::SUITE,
     dcache::SUITE,
+    dirtybit::SUITE,
     fuse::SUITE,
 ];
 
