@@ -57,6 +57,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context};
 use quire::filemap::{CacheConfig, CachedFile, PageCache};
+use quire::mem::FolioRef;
 use quire::store::{FileStore, IoMode, StoreError};
 
 use super::harness::{measure, Rng};
@@ -454,6 +455,24 @@ fn kernel_read_all(f: &mut File, buf: &mut [u8]) -> anyhow::Result<u64> {
     }
 }
 
+/// Checks the page at byte `off` inside `folio` (a zero-copy read of `variant`).
+fn check_folio(
+    content: &Content,
+    off: u64,
+    folio: &FolioRef<'_>,
+    variant: &str,
+) -> anyhow::Result<()> {
+    let at = ((off / PAGE as u64 - folio.index()) as usize) * PAGE;
+    let bytes = folio
+        .bytes()
+        .with_context(|| format!("{variant}: a folio not up to date"))?;
+    ensure!(
+        content.check_page(off, &bytes[at..at + PAGE]),
+        "{variant}: wrong data at {off}"
+    );
+    Ok(())
+}
+
 fn hot_random(b: &mut Bench, path: &Path, size: u64, content: &Content) -> anyhow::Result<()> {
     let case = "hot-random";
     b.compare(case, "kernel-pread", "quire-read");
@@ -492,27 +511,23 @@ fn hot_random(b: &mut Bench, path: &Path, size: u64, content: &Content) -> anyho
             content.check_page(off, &page),
             "quire-read: wrong data at {off}"
         );
-        let f = file.read_folio(off / PAGE as u64)?;
-        let at = ((off / PAGE as u64 - f.index()) as usize) * PAGE;
-        let bytes = f
-            .bytes()
-            .context("read_folio gave a folio not up to date")?;
-        ensure!(
-            content.check_page(off, &bytes[at..at + PAGE]),
-            "quire-ref: wrong data at {off}"
-        );
+        check_folio(
+            content,
+            off,
+            &file.read_folio(off / PAGE as u64)?,
+            "quire-ref",
+        )?;
         reader.read_exact_at(off, &mut page)?;
         ensure!(
             content.check_page(off, &page),
             "quire-reader-read: wrong data at {off}"
         );
-        let f = reader.read_folio(off / PAGE as u64)?;
-        let at = ((off / PAGE as u64 - f.index()) as usize) * PAGE;
-        let bytes = f.bytes().context("a reader gave a folio not up to date")?;
-        ensure!(
-            content.check_page(off, &bytes[at..at + PAGE]),
-            "quire-reader-ref: wrong data at {off}"
-        );
+        check_folio(
+            content,
+            off,
+            &reader.read_folio(off / PAGE as u64)?,
+            "quire-reader-ref",
+        )?;
         kfile.read_exact_at(&mut page, off)?;
         ensure!(
             content.check_page(off, &page),
