@@ -21,6 +21,7 @@
 pub mod dcache;
 pub mod filemap;
 pub mod mem;
+pub mod mm;
 pub mod stats;
 pub mod store;
 pub mod sync;

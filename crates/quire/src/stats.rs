@@ -69,7 +69,8 @@ events! {
     PageCacheMisses => "page_cache_misses",
     /// A folio was read ahead of use.
     Readahead => "readahead",
-    /// A folio's dirty state was tested on unmap or reclaim.
+    /// A folio's hardware dirty bit was tested (on unmap, in reclaim's unmap, before
+    /// write-back of a mapped folio).
     DirtyTests => "dirty_tests",
     /// A folio was written back to its store.
     Writeback => "writeback",
@@ -105,6 +106,20 @@ events! {
     LruBatchDrains => "lru_batch_drains",
     /// Folios allocated for the page cache.
     FolioAllocs => "folio_allocs",
+    /// A folio's hardware dirty bit said it had been written, and the folio was made dirty:
+    /// the dirty state moved from the frame to the folio (`mm`).
+    DirtyTransfers => "dirty_transfers",
+    /// A write to a page shared copy-on-write copied it (`do_wp_page`).
+    CowCopies => "cow_copies",
+    /// A write to a read-only mapped anonymous page found the writer its only mapper and made
+    /// the page writable in place.
+    CowReuses => "cow_reuses",
+    /// Pages written to swap (`pswpout`).
+    Swapouts => "pswpout",
+    /// Pages read from swap (`pswpin`).
+    Swapins => "pswpin",
+    /// Anonymous pages faulted in: first touch, swap-in or a copy-on-write copy.
+    AnonFaults => "anon_faults",
 }
 
 const NR_EVENTS: usize = Event::ALL.len();

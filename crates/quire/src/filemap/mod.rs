@@ -247,7 +247,7 @@ fn check_range(offset: u64, len: usize) -> Result<u64> {
 /// A mapping's handle on a folio in its index: the descriptor's address. Dropping it puts
 /// nothing: the index's counted reference is taken and put explicitly by the mapping, which
 /// knows the pool. Descriptors are never freed, so no grace period is needed.
-pub(crate) struct FolioPtr(NonNull<Folio>);
+pub(crate) struct FolioPtr(pub(crate) NonNull<Folio>);
 
 // SAFETY: a `FolioPtr` is an address of a descriptor that lives as long as the pool; `Folio` is
 // `Sync`.
@@ -330,6 +330,9 @@ pub(crate) struct Cache {
     /// Reclaim: the LRU lists, workingset, background reclaim.
     vm: Vmscan,
     workers: workers::Workers,
+    /// The anonymous memory on this cache's budget, if any (see [`crate::mm`]): where reclaim
+    /// sends anonymous folios.
+    anon: std::sync::RwLock<Option<Weak<dyn vmscan::AnonOwner>>>,
 }
 
 impl Cache {
@@ -354,9 +357,37 @@ impl Cache {
         (self.config.dirty_limit >> FRAME_SHIFT).max(1)
     }
 
+    /// The frame pool.
+    pub(crate) fn pool(&self) -> &FramePool {
+        &self.pool
+    }
+
+    /// The reclaim state.
+    pub(crate) fn vm(&self) -> &Vmscan {
+        &self.vm
+    }
+
+    /// Makes `owner` the cache's anonymous memory, unless another one is alive; whether it did.
+    pub(crate) fn set_anon(&self, owner: Weak<dyn vmscan::AnonOwner>) -> bool {
+        let mut a = self.anon.write().unwrap_or_else(|e| e.into_inner());
+        if a.as_ref().is_some_and(|w| w.strong_count() > 0) {
+            return false;
+        }
+        *a = Some(owner);
+        true
+    }
+
+    fn anon_owner(&self) -> Option<Arc<dyn vmscan::AnonOwner>> {
+        self.anon
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .and_then(Weak::upgrade)
+    }
+
     /// Allocates a folio of at most `order` for the page cache, reclaiming as the policy says;
     /// see [`Vmscan::alloc`].
-    fn alloc(&self, order: u32, must: bool) -> Result<Option<FolioRef<'_>>> {
+    pub(crate) fn alloc(&self, order: u32, must: bool) -> Result<Option<FolioRef<'_>>> {
         self.vm
             .alloc(&self.pool, self, order, must)
             .map_err(|vmscan::NoMemory| FilemapError::NoMemory {
@@ -388,6 +419,17 @@ impl vmscan::Owners for Cache {
     fn delete_shadow_node(&self, n: &ListedNode) -> bool {
         self.mapping(n.token)
             .is_some_and(|m| m.pages.delete_listed(n))
+    }
+
+    fn shrink_anon(&self, g: &mut FolioGuard<'_>, check_references: bool) -> vmscan::AnonFate {
+        match self.anon_owner() {
+            Some(a) => a.shrink_anon(g, check_references),
+            None => vmscan::AnonFate::Keep,
+        }
+    }
+
+    fn can_swap(&self) -> bool {
+        self.anon_owner().is_some_and(|a| a.can_swap())
     }
 }
 
@@ -447,6 +489,7 @@ impl PageCache {
             writeback: AtomicUsize::new(0),
             vm,
             workers: workers::Workers::new(),
+            anon: std::sync::RwLock::new(None),
             config,
         });
         let started = cache
@@ -488,6 +531,11 @@ impl PageCache {
         &self.cache.pool
     }
 
+    /// The cache's shared state, for the layers built on it (`mm`).
+    pub(crate) fn shared(&self) -> &Arc<Cache> {
+        &self.cache
+    }
+
     /// What the cache holds now. First applies the folio batches waiting to be applied and
     /// returns the allocator's per-thread caches to its free lists, so that the figures add up
     /// (every cached folio on one list, freed frames counted free).
@@ -523,7 +571,11 @@ impl PageCache {
     pub fn check_lru(&self) -> std::result::Result<(), String> {
         let c = &self.cache;
         c.vm.drain_all(&c.pool);
+        let anon = c.anon_owner();
         c.vm.check_lists(&c.pool, &|f: &Folio| {
+            if f.is_anon() {
+                return anon.as_ref().is_some_and(|a| a.owns(f));
+            }
             c.mapping(f.mapping())
                 .is_some_and(|m| m.still_mapped(f, f.index()))
         })

@@ -34,7 +34,7 @@
 //! | 16–19 | order ([`ORDER_SHIFT`]) | log2 of the folio's frame count, 0..=9 | allocation only |
 //! | 20 | [`LRU_PENDING`] | queued in a batch to be added to an LRU list | its owner / the batch drain, under the LRU lock |
 //! | 21–31 | — | reserved for `mem` | |
-//! | 32–63 | — | free for upper layers (e.g. an LRU generation) | their owners, with RMW ops |
+//! | 32–63 | — | free for upper layers: `mm` keeps the mapcount (32–47) and the mlock count (48–63) of anonymous folios | their owners, with RMW ops |
 //!
 //! State changes other than allocation and free are single read-modify-write operations on the
 //! word (`fetch_or` / `fetch_and`), so bits owned by different parties never overwrite each other.
@@ -220,6 +220,25 @@ impl Folio {
     #[inline]
     pub fn clear_owner_bits(&self, bits: u64) -> u64 {
         self.flags.fetch_and(!(bits & OWNER_BITS), Ordering::AcqRel)
+    }
+
+    /// Adds `delta` to a counter kept in [`OWNER_BITS`] (e.g. the mapcount of anonymous
+    /// memory, a field of bits 32 and up); returns the previous word. One read-modify-write, so
+    /// the caller also learns, atomically, every other flag as it was. The caller keeps its field
+    /// from overflowing into the next one; `delta` must lie in [`OWNER_BITS`].
+    #[inline]
+    pub fn add_owner_bits(&self, delta: u64) -> u64 {
+        debug_assert_eq!(delta & !OWNER_BITS, 0);
+        self.flags.fetch_add(delta, Ordering::AcqRel)
+    }
+
+    /// Subtracts `delta` from a counter kept in [`OWNER_BITS`]; returns the previous word. The
+    /// caller keeps its field from going below zero (which would borrow from the next field,
+    /// never from the bits below 32, as the field's lowest bit is at least bit 32).
+    #[inline]
+    pub fn sub_owner_bits(&self, delta: u64) -> u64 {
+        debug_assert_eq!(delta & !OWNER_BITS, 0);
+        self.flags.fetch_sub(delta, Ordering::AcqRel)
     }
 
     /// The folio's order: it spans 2^order frames. Meaningful while a reference is held.

@@ -7,10 +7,11 @@
 //! Otherwise it is locked (`try_lock`: reclaim never waits for a folio lock, so it cannot
 //! deadlock with a lock holder that is itself allocating); a dirty one is written back by the
 //! sweeping thread (it is evicted on a later pass once clean; the hand is released during that
-//! I/O), and a clean one is evicted through its owner, leaving a shadow.
+//! I/O), and a clean one is evicted through its owner, leaving a shadow. Anonymous folios are
+//! passed over: the clock predates swap, so a cache under this policy never swaps.
 
 use super::{Owners, Vmscan};
-use crate::mem::folio::{HEAD, LOCKED, ORDER_MASK, ORDER_SHIFT, WRITEBACK};
+use crate::mem::folio::{ANON, HEAD, LOCKED, ORDER_MASK, ORDER_SHIFT, WRITEBACK};
 use crate::mem::pool::FramePool;
 use crate::stats::Event;
 
@@ -41,7 +42,8 @@ impl Vmscan {
             };
             *hand = (pfn + step) % n;
             scanned += step;
-            if flags & HEAD == 0 || flags & (LOCKED | WRITEBACK) != 0 || folio.mapping() == 0 {
+            if flags & HEAD == 0 || flags & (LOCKED | WRITEBACK | ANON) != 0 || folio.mapping() == 0
+            {
                 continue;
             }
             if folio.clear_referenced() {

@@ -160,6 +160,44 @@ pub(crate) trait Owners: Sync {
     fn wake_flusher(&self);
     /// Deletes a shadow node found on the shadow-node list; whether it did.
     fn delete_shadow_node(&self, n: &ListedNode) -> bool;
+    /// Reclaims the locked anonymous folio `g` (isolated by reclaim): puts it in the swap
+    /// cache, unmaps it through the reverse map, writes it to swap if dirty and frees it — or
+    /// says why not. With `check_references`, a folio some space used since reclaim last looked
+    /// is activated instead (the kernel's `folio_check_references`). Owners without
+    /// anonymous memory keep every folio.
+    fn shrink_anon(&self, g: &mut FolioGuard<'_>, check_references: bool) -> AnonFate {
+        let _ = (g, check_references);
+        AnonFate::Keep
+    }
+    /// Whether anonymous folios can be reclaimed now (a swap device with free slots).
+    fn can_swap(&self) -> bool {
+        false
+    }
+}
+
+/// The anonymous memory of a cache, as reclaim reaches it (through the cache's [`Owners`]).
+pub(crate) trait AnonOwner: Send + Sync {
+    /// See [`Owners::shrink_anon`].
+    fn shrink_anon(&self, g: &mut FolioGuard<'_>, check_references: bool) -> AnonFate;
+    /// See [`Owners::can_swap`].
+    fn can_swap(&self) -> bool;
+    /// Whether `f` (anonymous, on a list) belongs to a live space family or the swap cache
+    /// (for the list checks of tests).
+    fn owns(&self, f: &Folio) -> bool;
+}
+
+/// What became of an anonymous folio that reclaim handed to its owner.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum AnonFate {
+    /// Written to swap if it had to be, out of the swap cache: freed when reclaim lets go.
+    Freed,
+    /// Still in use (mapped, referenced, locked by somebody, swap full, an I/O error): back to
+    /// the head of its list.
+    Keep,
+    /// Used since reclaim last looked: to the active list.
+    Activate,
+    /// A space maps it locked (mlock): to the unevictable list.
+    Unevictable,
 }
 
 /// How a [`Vmscan`] is set up.

@@ -46,8 +46,8 @@ use std::ptr::NonNull;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use super::{isqrt, Lru, Owners, ReclaimPolicy, Vmscan};
-use crate::mem::folio::{FolioRef, FRAME_SHIFT};
+use super::{isqrt, AnonFate, Lru, Owners, ReclaimPolicy, Vmscan};
+use crate::mem::folio::{Folio, FolioRef, FRAME_SHIFT};
 use crate::mem::pool::FramePool;
 use crate::stats::Event;
 
@@ -82,8 +82,17 @@ pub(crate) struct ScanControl {
 impl Vmscan {
     /// Whether the inactive file list is too short next to the active one.
     pub(crate) fn inactive_is_low(&self) -> bool {
-        let inactive = self.lruvec.size(Lru::InactiveFile) as u64;
-        let active = self.lruvec.size(Lru::ActiveFile) as u64;
+        self.inactive_is_low_of(Lru::InactiveFile)
+    }
+
+    /// Whether the inactive list `inactive` (file or anon) is too short next to its active one.
+    fn inactive_is_low_of(&self, inactive: Lru) -> bool {
+        let active = match inactive {
+            Lru::InactiveAnon => Lru::ActiveAnon,
+            _ => Lru::ActiveFile,
+        };
+        let inactive = self.lruvec.size(inactive) as u64;
+        let active = self.lruvec.size(active) as u64;
         let gib = (inactive + active) >> (30 - FRAME_SHIFT);
         let ratio = if gib > 0 { isqrt(10 * gib) } else { 1 };
         inactive * ratio < active
@@ -157,6 +166,19 @@ impl Vmscan {
                 keep.push(g.unlock());
                 continue;
             }
+            if g.is_anon() {
+                match owners.shrink_anon(&mut g, true) {
+                    AnonFate::Freed => {
+                        reclaimed += nr;
+                        drop(g);
+                    }
+                    fate => {
+                        self.anon_keep(&g, fate);
+                        keep.push(g.unlock());
+                    }
+                }
+                continue;
+            }
             let writeback = g.is_writeback();
             // A reference does not keep an unmapped file folio from being reclaimed.
             g.clear_referenced();
@@ -188,15 +210,99 @@ impl Vmscan {
         reclaimed
     }
 
-    /// Reclaims from the tail of the inactive file list, looking at `nr` frames.
+    /// Sets the flags that send an anonymous folio reclaim keeps to the right list.
+    fn anon_keep(&self, f: &Folio, fate: AnonFate) {
+        match fate {
+            AnonFate::Activate => {
+                f.set_active();
+                self.counters.add(Event::PgActivate, f.nr_frames() as u64);
+            }
+            AnonFate::Unevictable => {
+                f.set_unevictable();
+            }
+            AnonFate::Keep | AnonFate::Freed => {}
+        }
+    }
+
+    /// Reclaims one folio now, whatever list it is on (the kernel's `reclaim_pages`, behind
+    /// `MADV_PAGEOUT`): takes it off its list, locks it (waiting) and hands it to its owner
+    /// without looking at references. Only anonymous folios; returns whether it was freed.
+    #[doc(alias = "reclaim_pages")]
+    pub(crate) fn reclaim_anon_folio(
+        &self,
+        pool: &FramePool,
+        owners: &dyn Owners,
+        folio: FolioRef<'_>,
+    ) -> bool {
+        if self.policy == ReclaimPolicy::Clock || !folio.is_anon() {
+            return false;
+        }
+        {
+            let mut g = self.lruvec.lock(pool);
+            if !folio.is_lru() {
+                // Waiting in a batch, or isolated by reclaim already: not ours to take.
+                return false;
+            }
+            g.del(&folio);
+        }
+        let mut g = folio.lock_with(self.wait_policy);
+        if g.mapping() == 0 {
+            return false;
+        }
+        self.counters.add(Event::PgScan, g.nr_frames() as u64);
+        let fate = owners.shrink_anon(&mut g, false);
+        if fate == AnonFate::Freed {
+            self.counters.add(Event::PgSteal, g.nr_frames() as u64);
+            drop(g);
+            return true;
+        }
+        self.anon_keep(&g, fate);
+        self.putback(pool, vec![g.unlock()]);
+        false
+    }
+
+    /// Makes `folio`'s list follow whether a space maps it locked: `locked` says whether its
+    /// mlock count is above zero *now* (read by the caller under this function's lock, through
+    /// `locked`), so that concurrent lockers and unlockers end with the right list whatever
+    /// order they take the lock in. The kernel's `mlock_folio` / `munlock_folio`.
+    #[doc(alias = "mlock_folio")]
+    #[doc(alias = "munlock_folio")]
+    pub(crate) fn sync_unevictable(
+        &self,
+        pool: &FramePool,
+        folio: &Folio,
+        locked: &dyn Fn() -> bool,
+    ) {
+        let mut g = self.lruvec.lock(pool);
+        let want = locked();
+        if folio.is_unevictable() == want {
+            return;
+        }
+        let linked = folio.is_lru();
+        if linked {
+            g.del(folio);
+        }
+        if want {
+            folio.set_unevictable();
+            folio.clear_active();
+        } else {
+            folio.clear_unevictable();
+        }
+        if linked {
+            g.add(folio, false);
+        }
+    }
+
+    /// Reclaims from the tail of an inactive list (file or anon), looking at `nr` frames.
     fn shrink_inactive_list(
         &self,
         pool: &FramePool,
         owners: &dyn Owners,
+        lru: Lru,
         nr: usize,
         sc: &mut ScanControl,
     ) {
-        let folios = self.isolate(pool, Lru::InactiveFile, nr);
+        let folios = self.isolate(pool, lru, nr);
         let scanned: usize = folios.iter().map(|f| f.nr_frames()).sum();
         if scanned == 0 {
             return;
@@ -210,10 +316,10 @@ impl Vmscan {
         }
     }
 
-    /// Moves `nr` frames' worth of folios from the tail of the active file list to the head of
-    /// the inactive one, marking them `WORKINGSET` (they had been in use).
-    fn shrink_active_list(&self, pool: &FramePool, nr: usize) {
-        let folios = self.isolate(pool, Lru::ActiveFile, nr);
+    /// Moves `nr` frames' worth of folios from the tail of an active list (file or anon) to the
+    /// head of the inactive one, marking them `WORKINGSET` (they had been in use).
+    fn shrink_active_list(&self, pool: &FramePool, lru: Lru, nr: usize) {
+        let folios = self.isolate(pool, lru, nr);
         let mut moved = 0;
         for f in &folios {
             if !f.is_unevictable() {
@@ -228,25 +334,53 @@ impl Vmscan {
         }
     }
 
-    /// One priority level of a round: scans both file lists in proportion to their sizes.
+    /// One priority level of a round: scans the file lists in proportion to their sizes, and
+    /// the anonymous lists likewise when the owners can swap (the kernel's `swappiness` at
+    /// 100: both kinds cost the same to bring back, one read each).
     fn shrink_lruvec(&self, pool: &FramePool, owners: &dyn Owners, sc: &mut ScanControl) {
         let p = sc.priority;
-        let mut inactive = self.lruvec.size(Lru::InactiveFile) >> p;
-        let mut active = if sc.may_deactivate {
-            self.lruvec.size(Lru::ActiveFile) >> p
-        } else {
-            0
-        };
-        while inactive > 0 || active > 0 {
-            if inactive > 0 {
-                let n = inactive.min(SWAP_CLUSTER_MAX);
-                inactive -= n;
-                self.shrink_inactive_list(pool, owners, n, sc);
-            }
-            if active > 0 {
-                let n = active.min(SWAP_CLUSTER_MAX);
-                active -= n;
-                self.shrink_active_list(pool, n);
+        let swap = owners.can_swap();
+        let anon_deactivate = swap && self.inactive_is_low_of(Lru::InactiveAnon);
+        let mut scan = [
+            (Lru::InactiveFile, self.lruvec.size(Lru::InactiveFile) >> p),
+            (
+                Lru::ActiveFile,
+                if sc.may_deactivate {
+                    self.lruvec.size(Lru::ActiveFile) >> p
+                } else {
+                    0
+                },
+            ),
+            (
+                Lru::InactiveAnon,
+                if swap {
+                    self.lruvec.size(Lru::InactiveAnon) >> p
+                } else {
+                    0
+                },
+            ),
+            (
+                Lru::ActiveAnon,
+                if anon_deactivate {
+                    self.lruvec.size(Lru::ActiveAnon) >> p
+                } else {
+                    0
+                },
+            ),
+        ];
+        while scan.iter().any(|(_, left)| *left > 0) {
+            for (lru, left) in scan.iter_mut() {
+                if *left == 0 {
+                    continue;
+                }
+                let n = (*left).min(SWAP_CLUSTER_MAX);
+                *left -= n;
+                match lru {
+                    Lru::InactiveFile | Lru::InactiveAnon => {
+                        self.shrink_inactive_list(pool, owners, *lru, n, sc)
+                    }
+                    _ => self.shrink_active_list(pool, *lru, n),
+                }
             }
             if sc.nr_reclaimed >= sc.nr_to_reclaim {
                 break;
@@ -254,7 +388,10 @@ impl Vmscan {
         }
         // Keep the lists balanced even when the round did not need to deactivate.
         if !sc.may_deactivate && self.inactive_is_low() {
-            self.shrink_active_list(pool, SWAP_CLUSTER_MAX);
+            self.shrink_active_list(pool, Lru::ActiveFile, SWAP_CLUSTER_MAX);
+        }
+        if swap && !anon_deactivate && self.inactive_is_low_of(Lru::InactiveAnon) {
+            self.shrink_active_list(pool, Lru::ActiveAnon, SWAP_CLUSTER_MAX);
         }
     }
 
@@ -286,7 +423,7 @@ impl Vmscan {
         if refault_activated > 0 && !sc.may_deactivate {
             // A new working set is forming: make room for what refaults activated, taken off the
             // active tail (see the module documentation for how this differs from the kernel).
-            self.shrink_active_list(pool, refault_activated);
+            self.shrink_active_list(pool, Lru::ActiveFile, refault_activated);
         }
         for priority in (0..=DEF_PRIORITY).rev() {
             sc.priority = priority;

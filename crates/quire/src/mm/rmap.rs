@@ -1,0 +1,205 @@
+//! The reverse map of anonymous memory (the kernel's `mm/rmap.c`): from a folio to every
+//! (space, virtual page) that maps it, and what is done through it — unmapping for reclaim
+//! (`try_to_unmap`), gathering the young bits (`folio_referenced`), and the dirty-bit transfer
+//! when a folio's last mapping goes (`page_remove_rmap`, the rule of seed 003).
+//!
+//! A family ([`AnonVma`], the kernel's `anon_vma`) is the set of spaces forked, directly or not,
+//! from one space. An anonymous folio's `mapping` is its family's id and its `index` its
+//! virtual page, which fork does not change; so the ptes that may map a folio are the entries
+//! at `index` of the family's spaces, and the walk checks each one's frame. (The kernel chains
+//! an `anon_vma` per process so that a child's own copies are not looked for in its parent;
+//! one list per family walks a few spaces more and is simpler to keep right.)
+
+use std::sync::{Arc, Mutex, Weak};
+
+use super::pte::{self, MLOCK, PRESENT, YOUNG};
+use super::space::SpaceInner;
+use super::{mapcount, mlock_count, AnonInner, DirtyTest, MAPCOUNT_ONE, MLOCK_ONE};
+use crate::mem::folio::{Folio, ANON};
+use crate::stats::Event;
+
+/// A family of spaces sharing anonymous folios through fork (`anon_vma`).
+pub(crate) struct AnonVma {
+    pub(crate) id: usize,
+    /// Its spaces, oldest first (a fork appends the child).
+    pub(crate) spaces: Mutex<Vec<Weak<SpaceInner>>>,
+}
+
+impl AnonVma {
+    fn members(&self) -> Vec<Arc<SpaceInner>> {
+        self.spaces
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter_map(Weak::upgrade)
+            .collect()
+    }
+}
+
+/// Why reclaim could not unmap a folio.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum UnmapFailed {
+    /// A space maps it locked.
+    Mlocked,
+    /// A page-table lock was busy, a swap count full, or a mapping appeared meanwhile.
+    Busy,
+}
+
+impl AnonInner {
+    /// The family with this id, if any space of it lives.
+    pub(crate) fn family(&self, id: usize) -> Option<Arc<AnonVma>> {
+        self.families
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&id)
+            .and_then(Weak::upgrade)
+    }
+
+    /// A new pte maps `f` (the caller holds that space's page-table lock and gives the pte a
+    /// reference): one more mapping (`folio_add_anon_rmap`, `folio_dup_anon_rmap`).
+    pub(crate) fn add_rmap(&self, f: &Folio) {
+        let old = f.add_owner_bits(MAPCOUNT_ONE);
+        debug_assert!(mapcount(old) < super::MAX_MAPCOUNT);
+    }
+
+    /// A pte mapping `f` is gone (the caller holds that space's page-table lock, and puts the
+    /// pte's reference afterwards). When it was the last mapping, the frame's dirty bit is
+    /// tested and transferred as the rule says (see the [module documentation](super)); an
+    /// anonymous folio outside the swap cache then dies: it leaves its family and its list.
+    /// `reclaim` says reclaim's own unmap is asking (it always tests).
+    #[doc(alias = "page_remove_rmap")]
+    #[doc(alias = "folio_remove_rmap_pte")]
+    pub(crate) fn remove_rmap(&self, f: &Folio, reclaim: bool) {
+        // One read-modify-write tells us, atomically, whether this was the last mapping and
+        // whether the folio was in the swap cache at that moment (reclaim sets SWAPCACHE with
+        // a read-modify-write of the same word, then reads the mapcount).
+        let old = f.sub_owner_bits(MAPCOUNT_ONE);
+        debug_assert!(mapcount(old) >= 1, "mapcount underflow on {f:?}");
+        if mapcount(old) != 1 {
+            return;
+        }
+        let anon = old & ANON != 0;
+        let in_swap_cache = old & crate::mem::folio::SWAPCACHE != 0;
+        let test = reclaim
+            || match self.dirty_test {
+                DirtyTest::Always => true,
+                DirtyTest::SkipDeadAnon => !anon || in_swap_cache,
+                DirtyTest::SkipAllAnon => !anon,
+            };
+        if test {
+            self.transfer_dirty(f);
+        }
+        if anon && !in_swap_cache {
+            self.anon_death(f);
+        }
+    }
+
+    /// Tests and clears the frame's hardware dirty bit; if it was set, the folio becomes dirty.
+    #[doc(alias = "page_test_and_clear_dirty")]
+    pub(crate) fn transfer_dirty(&self, f: &Folio) {
+        self.counters().count(Event::DirtyTests);
+        if self.dirty.test_and_clear(self.pfn(f), f.nr_frames()) {
+            f.set_dirty();
+            self.counters().count(Event::DirtyTransfers);
+        }
+    }
+
+    /// An anonymous folio's content is dead (no mapping, no swap cache): it leaves its family
+    /// and its LRU list; the references still held on it free it.
+    pub(crate) fn anon_death(&self, f: &Folio) {
+        // Dead content is not dirty: nobody will write it anywhere.
+        f.clear_dirty();
+        f.set_mapping(0);
+        self.cache.vm().lru_del(self.cache.pool(), f);
+        self.frames
+            .fetch_sub(f.nr_frames(), std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// One more pte maps `f` locked: the mlock count goes up, and the folio to the unevictable
+    /// list when it was not there (`mlock_folio`).
+    pub(crate) fn mlock_folio(&self, f: &Folio) {
+        let old = f.add_owner_bits(MLOCK_ONE);
+        if mlock_count(old) == 0 {
+            self.sync_unevictable(f);
+        }
+    }
+
+    /// One pte mapping `f` locked is gone or unlocked (`munlock_folio`).
+    pub(crate) fn munlock_folio(&self, f: &Folio) {
+        let old = f.sub_owner_bits(MLOCK_ONE);
+        debug_assert!(mlock_count(old) >= 1);
+        if mlock_count(old) == 1 {
+            self.sync_unevictable(f);
+        }
+    }
+
+    fn sync_unevictable(&self, f: &Folio) {
+        self.cache
+            .vm()
+            .sync_unevictable(self.cache.pool(), f, &|| mlock_count(f.flags()) > 0);
+    }
+
+    /// Clears the young bit of every pte mapping `f`; returns how many had it
+    /// (`folio_referenced`). Page tables whose lock is busy are passed over.
+    pub(crate) fn folio_referenced(&self, f: &Folio) -> usize {
+        let Some(family) = self.family(f.mapping()) else {
+            return 0;
+        };
+        let pfn = self.pfn(f) as u64;
+        let mut young = 0;
+        for s in family.members() {
+            let Ok(mut pt) = s.pt.try_lock() else {
+                continue;
+            };
+            let Some(e) = pt.get_mut(f.index() as usize) else {
+                continue;
+            };
+            if *e & PRESENT != 0 && pte::target(*e) == pfn && *e & YOUNG != 0 {
+                *e &= !YOUNG;
+                young += 1;
+            }
+        }
+        young
+    }
+
+    /// Replaces every pte mapping the locked folio `f` (in the swap cache at `slot`) with a swap
+    /// entry for `slot`, transferring the dirty bit when the last goes (`try_to_unmap`). Stops
+    /// at a pte mapped locked — after the spaces before it in the family were unmapped, as the
+    /// kernel's walk does.
+    pub(crate) fn try_to_unmap(&self, f: &Folio, slot: u64) -> Result<(), UnmapFailed> {
+        let swap = self.swap.as_ref().ok_or(UnmapFailed::Busy)?;
+        let family = self.family(f.mapping()).ok_or(UnmapFailed::Busy)?;
+        let pfn = self.pfn(f) as u64;
+        let pool = self.cache.pool();
+        for s in family.members() {
+            if mapcount(f.flags()) == 0 {
+                break;
+            }
+            let Ok(mut pt) = s.pt.try_lock() else {
+                return Err(UnmapFailed::Busy);
+            };
+            let Some(e) = pt.get_mut(f.index() as usize) else {
+                continue;
+            };
+            if *e & PRESENT == 0 || pte::target(*e) != pfn {
+                continue;
+            }
+            if *e & MLOCK != 0 {
+                return Err(UnmapFailed::Mlocked);
+            }
+            if !swap.dup(slot) {
+                return Err(UnmapFailed::Busy);
+            }
+            *e = pte::swap(*e, slot);
+            self.remove_rmap(f, true);
+            // SAFETY: the pte held one counted reference on `f`, now ours to put; the caller's
+            // own reference keeps the count above zero.
+            drop(unsafe { pool.ref_from_raw(std::ptr::NonNull::from(f)) });
+        }
+        if mapcount(f.flags()) == 0 {
+            Ok(())
+        } else {
+            Err(UnmapFailed::Busy)
+        }
+    }
+}
