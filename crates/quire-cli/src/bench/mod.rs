@@ -13,6 +13,7 @@ mod harness;
 mod lockref;
 mod pagelock;
 mod read;
+mod unmap;
 mod write;
 mod xarray;
 
@@ -44,6 +45,7 @@ pub const SUITES: &[Suite] = &[
     evict::SUITE,
     dcache::SUITE,
     dirtybit::SUITE,
+    unmap::SUITE,
     fuse::SUITE,
 ];
 

@@ -8,12 +8,12 @@
 //!
 //! | bit(s) | name | meaning |
 //! |---|---|---|
-//! | 0 | [`PRESENT`] | bits 12.. are a frame number: the page is mapped, and the entry holds one reference on its folio and one unit of its mapcount |
-//! | 1 | [`WRITE`] | present and writable: the space is the folio's only mapper (copy-on-write resolved) |
-//! | 2 | [`YOUNG`] | accessed since reclaim last looked (`folio_referenced` clears it) |
-//! | 3 | [`SWAP`] | not present, bits 12.. are a swap slot: the entry holds one count of the slot's `swap_map` |
-//! | 4 | [`MLOCK`] | the page is locked in memory (`VM_LOCKED`); while present it holds one unit of its folio's mlock count |
-//! | 5 | [`NOWRITE`] | writes are refused (`mprotect` to read-only): the kernel's `VM_WRITE` cleared |
+//! | 0 | `PRESENT` | bits 12.. are a frame number: the page is mapped, and the entry holds one reference on its folio and one unit of its mapcount |
+//! | 1 | `WRITE` | present and writable: the space is the folio's only mapper (copy-on-write resolved) |
+//! | 2 | `YOUNG` | accessed since reclaim last looked (`folio_referenced` clears it) |
+//! | 3 | `SWAP` | not present, bits 12.. are a swap slot: the entry holds one count of the slot's `swap_map` |
+//! | 4 | `MLOCK` | the page is locked in memory (`VM_LOCKED`); while present it holds one unit of its folio's mlock count |
+//! | 5 | `NOWRITE` | writes are refused (`mprotect` to read-only): the kernel's `VM_WRITE` cleared |
 //! | 6–11 | — | zero |
 //! | 12–63 | frame or slot | see `PRESENT` and `SWAP` |
 //!

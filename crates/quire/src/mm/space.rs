@@ -45,7 +45,7 @@ pub const MAX_SPACE_PAGES: u64 = 1 << 36;
 
 static ZERO_PAGE: [u8; FRAME_SIZE] = [0; FRAME_SIZE];
 
-/// An address space of anonymous memory; see the [module documentation](self). Dropping it is
+/// An address space of anonymous memory; see the [module documentation](crate::mm). Dropping it is
 /// the process's exit: every page is unmapped (`exit_mmap`).
 pub struct Space {
     inner: Arc<SpaceInner>,
