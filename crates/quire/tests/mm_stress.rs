@@ -1,5 +1,5 @@
 //! Several threads fork, write, read, mlock, munmap, page out and exit spaces at once on a small
-//! budget (so that background and direct reclaim swap all the time), each checking every read
+//! budget (2 MiB, so that background and direct reclaim swap all the time), each checking every read
 //! against a model of its spaces' bytes; the threads' first spaces are forks of one parent, so
 //! their folios are shared across threads until written. At the end: every space's bytes match
 //! its model, and once the spaces are gone no frame, folio or swap slot is left.
@@ -53,7 +53,7 @@ fn run(seed: u64, mut spaces: Vec<(Space, Vec<u8>)>, deadline: Instant) -> Vec<(
             74..=80 => {
                 space.pageout(p..(p + 16).min(PAGES)).unwrap();
             }
-            81..=84 => space.mlock(p..(p + 4).min(PAGES)).unwrap(),
+            81..=84 => space.mlock(p..(p + 2).min(PAGES)).unwrap(),
             85..=89 => space.munlock(p..(p + 8).min(PAGES)).unwrap(),
             90..=93 => {
                 space.munmap(p..p + 1).unwrap();
@@ -71,7 +71,9 @@ fn run(seed: u64, mut spaces: Vec<(Space, Vec<u8>)>, deadline: Instant) -> Vec<(
 #[test]
 fn threads_forking_writing_and_swapping_agree_with_their_models() {
     let _watchdog = common::Watchdog::arm(Duration::from_secs(60), "mm stress");
-    let mut cfg = common::quiet_config(1 << 20);
+    // 2 MiB (512 frames) against up to 15 spaces of 96 pages: reclaim swaps all the time, and
+    // the pages held locked (about a sixth of each space at equilibrium) leave room to fault.
+    let mut cfg = common::quiet_config(2 << 20);
     cfg.alloc_timeout = Duration::from_secs(5);
     let cache = PageCache::new(cfg).unwrap();
     let anon = AnonMemory::new(&cache, AnonConfig::new().with_swap(MemStore::new(), 8192)).unwrap();
