@@ -23,6 +23,7 @@ use quire::mm::{AnonConfig, AnonMemory, DirtyTest, Space};
 use quire::stats::Event;
 use quire::store::{FileStore, IoMode};
 
+use super::read::Scratch;
 use super::{Bench, Suite};
 
 const VARIANTS: [(&str, DirtyTest); 2] = [
@@ -51,17 +52,7 @@ struct Setup {
     name: &'static str,
     _cache: PageCache,
     anon: AnonMemory,
-    _dir: tempdir::Dir,
-}
-
-mod tempdir {
-    /// A temporary directory removed on drop.
-    pub struct Dir(pub std::path::PathBuf);
-    impl Drop for Dir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
+    _dir: Scratch,
 }
 
 fn setups() -> anyhow::Result<Vec<Setup>> {
@@ -70,10 +61,8 @@ fn setups() -> anyhow::Result<Vec<Setup>> {
         let mut cfg = CacheConfig::new(128 << 20);
         cfg.alloc_timeout = Duration::from_secs(10);
         let cache = PageCache::new(cfg)?;
-        let dir = std::env::temp_dir().join(format!("quire-unmap-{}-{name}", std::process::id()));
-        std::fs::create_dir_all(&dir)?;
-        let dir = tempdir::Dir(dir);
-        let store = FileStore::create(dir.0.join("swap"), IoMode::Buffered)
+        let dir = Scratch::new(&format!("unmap-{name}"))?;
+        let store = FileStore::create(dir.path("swap"), IoMode::Buffered)
             .context("creating the swap file")?;
         let mut config = AnonConfig::new().with_swap(store, 16384);
         config.dirty_test = rule;

@@ -382,7 +382,7 @@ impl AnonOwner for AnonInner {
         }
         let swap = self.swap.as_ref().expect("checked above");
         let dead = swap.count(slot) == 0;
-        if !dead && (g.is_dirty()) && !self.pageout(g) {
+        if !dead && g.is_dirty() && !self.pageout(g) {
             return AnonFate::Keep;
         }
         if self.remove_unmapped(g) {
