@@ -55,6 +55,8 @@ pub(crate) struct Mapping {
     /// it is set and the cache's dirty memory is at its limit, writes to the file are refused
     /// ([`FilemapError::DirtyLimit`]).
     pub(crate) wb_failing: AtomicI32,
+    /// The spaces' mappings of the file (see [`super::immap`]).
+    pub(crate) i_mmap: super::immap::IMmap,
     this: Weak<Mapping>,
 }
 
@@ -149,6 +151,7 @@ impl Mapping {
             dirtied_at: Mutex::new(None),
             handles: AtomicUsize::new(0),
             wb_failing: AtomicI32::new(0),
+            i_mmap: super::immap::IMmap::new(),
             this: this.clone(),
         })
     }
@@ -311,6 +314,8 @@ impl Mapping {
     /// Removes the locked folio from the index (it stays alive for whoever holds references),
     /// dropping its dirty state: its data is dead (truncation, or the file going away).
     pub(crate) fn delete_from_index(&self, g: &FolioGuard<'_>) {
+        // Spaces mapping it fault again, and find the file shorter (or gone).
+        self.unmap_folio(g);
         if g.clear_dirty() {
             self.cache.dirty.fetch_sub(g.nr_frames(), Ordering::Relaxed);
         }
@@ -651,6 +656,10 @@ impl Mapping {
         f: impl FnOnce(&mut [u8]),
     ) -> Result<Option<FolioGuard<'a>>> {
         let mut f = Some(f);
+        // A space mapping the folio would keep the old bytes if it were replaced, and could be
+        // writing them if changed in place: unmap it everywhere first (the writes the frames
+        // recorded become DIRTY); the spaces fault again and find what the index holds.
+        self.unmap_folio(&g);
         if self.modify_in_place(&mut g, &mut f) {
             return Ok(Some(g));
         }
@@ -728,7 +737,7 @@ impl Mapping {
     }
 
     /// Marks the locked folio dirty, in its flags, the index and the cache's count.
-    fn mark_dirty(&self, g: &FolioGuard<'_>) {
+    pub(crate) fn mark_dirty(&self, g: &FolioGuard<'_>) {
         if !g.set_dirty() {
             self.cache.dirty.fetch_add(g.nr_frames(), Ordering::Relaxed);
             self.pages.set_mark(g.index(), DIRTY_MARK);
@@ -904,7 +913,8 @@ impl Mapping {
         // Waits for the lock: whoever holds it (a reclaimer, a reader filling the folio)
         // lets go without waiting on anything this thread holds.
         let mut g = f.lock_with(self.policy());
-        if !self.still_mapped(&g, index) || g.is_dirty() || g.is_writeback() {
+        if !self.still_mapped(&g, index) || g.is_dirty() || g.is_writeback() || g.is_mapped() {
+            // A folio a space maps stays (`invalidate_mapping_pages` skips mapped folios).
             return Invalidated::Kept;
         }
         let frames = g.nr_frames();

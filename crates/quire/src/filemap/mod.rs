@@ -58,7 +58,8 @@
 //! `vmscan/swap.rs` for why).
 
 pub mod errseq;
-mod mapping;
+pub(crate) mod immap;
+pub(crate) mod mapping;
 pub mod readahead;
 mod reader;
 mod workers;
@@ -336,7 +337,7 @@ pub(crate) struct Cache {
 }
 
 impl Cache {
-    fn mapping(&self, id: usize) -> Option<Arc<Mapping>> {
+    pub(crate) fn mapping(&self, id: usize) -> Option<Arc<Mapping>> {
         self.files.lock().unwrap().get(&id).and_then(Weak::upgrade)
     }
 
@@ -355,6 +356,14 @@ impl Cache {
 
     fn dirty_limit_frames(&self) -> usize {
         (self.config.dirty_limit >> FRAME_SHIFT).max(1)
+    }
+
+    /// A space's write to the file folio `f` was found when its last pte went: `f` becomes
+    /// dirty in its file, if it is still there (see [`immap`]).
+    pub(crate) fn mark_mapped_dirty(&self, f: &Folio) {
+        if let Some(m) = self.mapping(f.mapping()) {
+            m.mark_dirty_mapped(f);
+        }
     }
 
     /// The frame pool.
@@ -430,6 +439,13 @@ impl vmscan::Owners for Cache {
 
     fn can_swap(&self) -> bool {
         self.anon_owner().is_some_and(|a| a.can_swap())
+    }
+
+    fn unmap_file(&self, g: &mut FolioGuard<'_>, check_references: bool) -> vmscan::MappedFate {
+        match self.mapping(g.mapping()) {
+            Some(m) => m.reclaim_unmap(g, check_references),
+            None => vmscan::MappedFate::Keep,
+        }
     }
 }
 
@@ -693,6 +709,22 @@ impl CachedFile {
     /// Fails past the end of the file with an `UnexpectedEof` store error.
     pub fn read_folio(&self, index: u64) -> Result<FolioRef<'_>> {
         self.mapping.read_folio(&self.ra, index)
+    }
+
+    /// The file this handle opens (for `mm`'s file mappings).
+    pub(crate) fn mapping(&self) -> &Arc<Mapping> {
+        &self.mapping
+    }
+
+    /// How many mappings of spaces the file has (`mm`'s `Space::map_file`; each piece a
+    /// partial munmap leaves counts once).
+    pub fn mappings(&self) -> usize {
+        self.mapping.i_mmap.len()
+    }
+
+    /// Whether `other` is a handle on the same file.
+    pub fn same_file(&self, other: &CachedFile) -> bool {
+        Arc::ptr_eq(&self.mapping, &other.mapping)
     }
 
     /// Writes all of `data` at `offset`, extending the file if it ends past the end; returns

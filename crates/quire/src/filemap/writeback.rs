@@ -89,6 +89,12 @@ impl Mapping {
         let policy = self.policy();
         let index = g.index();
         let frames = g.nr_frames();
+        if g.is_mapped() && g.is_dirty() {
+            // Write-protect the spaces' ptes and take the writes the frames recorded, before
+            // DIRTY goes: the bytes written out are then the last ones, and stay put until the
+            // write-back ends (a write fault waits for it), after which a write re-dirties.
+            self.mkclean_folio(&g);
+        }
         if !g.clear_dirty() {
             return Ok(());
         }

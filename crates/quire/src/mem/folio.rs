@@ -34,7 +34,7 @@
 //! | 16–19 | order ([`ORDER_SHIFT`]) | log2 of the folio's frame count, 0..=9 | allocation only |
 //! | 20 | [`LRU_PENDING`] | queued in a batch to be added to an LRU list | its owner / the batch drain, under the LRU lock |
 //! | 21–31 | — | reserved for `mem` | |
-//! | 32–63 | — | free for upper layers: `mm` keeps the mapcount (32–47) and the mlock count (48–63) of anonymous folios | their owners, with RMW ops |
+//! | 32–63 | — | free for upper layers: `mm` keeps the mapcount (32–47, [`MAPCOUNT_BITS`]: page-table entries mapping the folio) and the mlock count (48–63) of mapped folios, anonymous or file | their owners, with RMW ops |
 //!
 //! State changes other than allocation and free are single read-modify-write operations on the
 //! word (`fetch_or` / `fetch_and`), so bits owned by different parties never overwrite each other.
@@ -140,6 +140,11 @@ pub const ORDER_MASK: u64 = 0xf << ORDER_SHIFT;
 /// The bits upper layers may use (with read-modify-write operations on the word).
 pub const OWNER_BITS: u64 = 0xffff_ffff << 32;
 
+/// The owner bits that `mm` keeps a folio's mapcount in (how many page-table entries of spaces
+/// map it); zero for a folio no space maps. Read by the layers below `mm` (reclaim,
+/// write-back, truncation), which must unmap a mapped folio before they free or change it.
+pub(crate) const MAPCOUNT_BITS: u64 = 0xffff << 32;
+
 /// Size of one frame in bytes.
 pub const FRAME_SIZE: usize = 4096;
 /// log2 of [`FRAME_SIZE`].
@@ -232,6 +237,20 @@ impl Folio {
         self.flags.fetch_add(delta, Ordering::AcqRel)
     }
 
+    /// Replaces the [`OWNER_BITS`] of the word with those of `f(word)`, in one compare-and-swap
+    /// loop (the other bits are kept as they are at the moment of the swap); returns the
+    /// previous word. `f` may run more than once.
+    #[inline]
+    pub fn update_owner_bits(&self, mut f: impl FnMut(u64) -> u64) -> u64 {
+        match self
+            .flags
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |old| {
+                Some((old & !OWNER_BITS) | (f(old) & OWNER_BITS))
+            }) {
+            Ok(old) | Err(old) => old,
+        }
+    }
+
     /// Subtracts `delta` from a counter kept in [`OWNER_BITS`]; returns the previous word. The
     /// caller keeps its field from going below zero (which would borrow from the next field,
     /// never from the bits below 32, as the field's lowest bit is at least bit 32).
@@ -239,6 +258,12 @@ impl Folio {
     pub fn sub_owner_bits(&self, delta: u64) -> u64 {
         debug_assert_eq!(delta & !OWNER_BITS, 0);
         self.flags.fetch_sub(delta, Ordering::AcqRel)
+    }
+
+    /// Whether some space maps the folio (its mapcount, in [`MAPCOUNT_BITS`], is not zero).
+    #[inline]
+    pub(crate) fn is_mapped(&self) -> bool {
+        self.flags.load(Ordering::Acquire) & MAPCOUNT_BITS != 0
     }
 
     /// The folio's order: it spans 2^order frames. Meaningful while a reference is held.

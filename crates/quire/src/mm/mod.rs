@@ -61,6 +61,7 @@
 //! `&mut` never aliases another borrow, and the closure API is the "TLB flush": once an unmap
 //! holds the page-table lock, no access through the old entry is in progress or can start.
 
+mod file;
 pub mod pte;
 mod rmap;
 mod space;
@@ -73,9 +74,10 @@ use std::sync::{Arc, Mutex, Weak};
 
 use thiserror::Error;
 
+pub use file::SharedPage;
 pub use space::{PageState, Space, MAX_SPACE_PAGES};
 
-use crate::filemap::{Cache, PageCache};
+use crate::filemap::{Cache, FilemapError, PageCache};
 use crate::mem::dirtybit::{DirtyBitKind, DirtyBitMode, DirtyBits};
 use crate::mem::folio::{Folio, FRAME_SIZE};
 use crate::stats::{Event, Snapshot};
@@ -192,18 +194,60 @@ pub enum MmError {
     /// The cache already has anonymous memory (one per cache).
     #[error("the page cache already has anonymous memory")]
     AlreadyAttached,
+    /// A page of a file mapping past the end of the file (mapped past it, or the file was
+    /// truncated since): the kernel's `SIGBUS`.
+    #[error("page {page} lies past the end of the mapped file ({file_pages} pages)")]
+    PastEof {
+        /// The page (of the space at a fault, of the file at `map_file`).
+        page: u64,
+        /// Pages in the file now.
+        file_pages: u64,
+    },
+    /// Reading or dirtying a page of a mapped file failed (an I/O error of its store, or the
+    /// dirty limit while its write-back fails); the page is unchanged.
+    #[error("mapped file: {0}")]
+    File(#[source] FilemapError),
+    /// A file mapping would overlap another one.
+    #[error("page {page} is already mapped from a file")]
+    Overlap {
+        /// The first page of the overlap.
+        page: u64,
+    },
+    /// A page of a file mapping asked for as `&[u8]` / `&mut [u8]`: other spaces may write it
+    /// at the same time, so it is only lent as shared memory (`Space::with_shared_page`).
+    #[error("page {page} is a shared file page: use with_shared_page")]
+    SharedPage {
+        /// The page.
+        page: u64,
+    },
+    /// An offset or length outside a page, or a word access not aligned to 8 bytes.
+    #[error("{len} bytes at offset {offset} do not fit in a page (or are not an aligned word)")]
+    BadOffset {
+        /// The offset.
+        offset: usize,
+        /// The length.
+        len: usize,
+    },
+    /// A write through a page lent for reading.
+    #[error("the page was lent for reading only")]
+    NotWritable,
 }
 
 /// The mapcount's unit in the flag word.
 pub(crate) const MAPCOUNT_ONE: u64 = 1 << 32;
-/// The mapcount's bits in the flag word.
-pub(crate) const MAPCOUNT_MASK: u64 = 0xffff << 32;
+/// The mapcount's bits in the flag word (32–47).
+pub(crate) const MAPCOUNT_MASK: u64 = crate::mem::folio::MAPCOUNT_BITS;
 /// The mlock count's unit in the flag word.
 pub(crate) const MLOCK_ONE: u64 = 1 << 48;
-/// The mlock count's bits in the flag word.
-pub(crate) const MLOCK_MASK: u64 = 0xffff << 48;
-/// The most ptes that may map one folio (the mapcount's field).
-pub(crate) const MAX_MAPCOUNT: u64 = 0xffff;
+/// The mlock count's bits in the flag word (48–62).
+pub(crate) const MLOCK_MASK: u64 = 0x7fff << 48;
+/// Bit 63: the last unmap of the folio is testing its frames' dirty bit. Set in the same
+/// read-modify-write that takes the mapcount to zero and cleared after the test, so that a
+/// first mapping that comes meanwhile knows not to clear the bit the test is about to read.
+pub(crate) const RMAP_TESTING: u64 = 1 << 63;
+/// The most ptes that may map one folio (the mlock count, never above the mapcount, has 15
+/// bits).
+pub(crate) const MAX_MAPCOUNT: u64 = 0x7fff;
 
 /// A folio's mapcount, from its flag word.
 #[inline]

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex, Weak};
 
 use super::pte::{self, MLOCK, PRESENT, YOUNG};
 use super::space::SpaceInner;
-use super::{mapcount, mlock_count, AnonInner, DirtyTest, MAPCOUNT_ONE, MLOCK_ONE};
+use super::{mapcount, mlock_count, AnonInner, DirtyTest, MAPCOUNT_ONE, MLOCK_ONE, RMAP_TESTING};
 use crate::mem::folio::{Folio, ANON};
 use crate::stats::Event;
 
@@ -72,9 +72,17 @@ impl AnonInner {
     pub(crate) fn remove_rmap(&self, f: &Folio, reclaim: bool) {
         // One read-modify-write tells us, atomically, whether this was the last mapping and
         // whether the folio was in the swap cache at that moment (reclaim sets SWAPCACHE with
-        // a read-modify-write of the same word, then reads the mapcount).
-        let old = f.sub_owner_bits(MAPCOUNT_ONE);
-        debug_assert!(mapcount(old) >= 1, "mapcount underflow on {f:?}");
+        // a read-modify-write of the same word, then reads the mapcount). The last one also
+        // sets RMAP_TESTING until its test is done (see `add_file_rmap`).
+        let old = f.update_owner_bits(|w| {
+            debug_assert!(mapcount(w) >= 1, "mapcount underflow on {f:?}");
+            let w = w - MAPCOUNT_ONE;
+            if mapcount(w) == 0 {
+                w | RMAP_TESTING
+            } else {
+                w
+            }
+        });
         if mapcount(old) != 1 {
             return;
         }
@@ -86,22 +94,31 @@ impl AnonInner {
                 DirtyTest::SkipDeadAnon => !anon || in_swap_cache,
                 DirtyTest::SkipAllAnon => !anon,
             };
-        if test {
-            self.transfer_dirty(f);
+        if test && self.test_dirty(f) {
+            if anon {
+                f.set_dirty();
+            } else {
+                // A space wrote the file page: the page cache's dirty state (flags, index
+                // mark, count) takes it.
+                self.cache.mark_mapped_dirty(f);
+            }
         }
+        f.clear_owner_bits(RMAP_TESTING);
         if anon && !in_swap_cache {
             self.anon_death(f);
         }
     }
 
-    /// Tests and clears the frame's hardware dirty bit; if it was set, the folio becomes dirty.
+    /// Tests and clears the frame's hardware dirty bit; whether it was set (counted as
+    /// `dirty_tests`, and `dirty_transfers` when set).
     #[doc(alias = "page_test_and_clear_dirty")]
-    pub(crate) fn transfer_dirty(&self, f: &Folio) {
+    pub(crate) fn test_dirty(&self, f: &Folio) -> bool {
         self.counters().count(Event::DirtyTests);
-        if self.dirty.test_and_clear(self.pfn(f), f.nr_frames()) {
-            f.set_dirty();
+        let set = self.dirty.test_and_clear(self.pfn(f), f.nr_frames());
+        if set {
             self.counters().count(Event::DirtyTransfers);
         }
+        set
     }
 
     /// An anonymous folio's content is dead (no mapping, no swap cache): it leaves its family

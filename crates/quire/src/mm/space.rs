@@ -17,11 +17,13 @@
 use std::ops::Range;
 use std::ptr::NonNull;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
+use super::file::{SharedPage, Vma};
 use super::pte::{self, MLOCK, NOWRITE, PRESENT, SWAP, WRITE, YOUNG};
 use super::rmap::AnonVma;
 use super::{mapcount, AnonInner, MmError, MAX_MAPCOUNT};
+use crate::filemap::{CachedFile, FilemapError, PAGE_SIZE};
 use crate::mem::dirtybit::DirtyBitKind;
 use crate::mem::folio::{Folio, FolioRef, FRAME_SIZE};
 use crate::stats::Event;
@@ -57,7 +59,30 @@ pub(crate) struct SpaceInner {
     pub(crate) family: Arc<AnonVma>,
     /// The page table, behind the page-table lock (`ptl`).
     pub(crate) pt: Mutex<Box<[u64]>>,
+    /// The file mappings, by first page (`mmap_lock`): read by faults for their whole length,
+    /// written by `map_file`, `munmap` and exit. Pages outside them are anonymous.
+    vmas: RwLock<Vec<Vma>>,
     pages: u64,
+}
+
+impl SpaceInner {
+    /// The page table, locked.
+    pub(crate) fn lock_pt(&self) -> MutexGuard<'_, Box<[u64]>> {
+        self.pt.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn vmas(&self) -> RwLockReadGuard<'_, Vec<Vma>> {
+        self.vmas.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn vmas_mut(&self) -> RwLockWriteGuard<'_, Vec<Vma>> {
+        self.vmas.write().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The file mapping of `vmas` that covers `page`.
+fn vma_of(vmas: &[Vma], page: u64) -> Option<&Vma> {
+    vmas.iter().find(|v| v.range().contains(&page))
 }
 
 /// What a fault wants.
@@ -106,6 +131,7 @@ impl Space {
             pages: table.len() as u64,
             family: family.clone(),
             pt: Mutex::new(table),
+            vmas: RwLock::new(Vec::new()),
         });
         family
             .spaces
@@ -122,7 +148,7 @@ impl Space {
     }
 
     fn pt(&self) -> MutexGuard<'_, Box<[u64]>> {
-        self.inner.pt.lock().unwrap_or_else(|e| e.into_inner())
+        self.inner.lock_pt()
     }
 
     fn check(&self, range: &Range<u64>) -> Result<(), MmError> {
@@ -142,8 +168,11 @@ impl Space {
     /// Runs `f` on page `page`'s bytes, read-only, faulting the page in first (a page never
     /// touched reads as zeros and stays unallocated). `f` runs under the page-table lock: it
     /// must not call back into this space.
+    ///
+    /// A page of a file mapping is shared memory: it is refused with [`MmError::SharedPage`]
+    /// (use [`Space::with_shared_page`]).
     pub fn with_page<R>(&self, page: u64, f: impl FnOnce(&[u8]) -> R) -> Result<R, MmError> {
-        self.fault(page, Access::Read, |_, ptr| {
+        self.fault(page, Access::Read, false, |_, ptr| {
             // SAFETY: a frame of a present pte (or the zero page), readable for FRAME_SIZE bytes;
             // nobody writes it while we hold the page-table lock: a writable pte elsewhere
             // cannot exist while ours maps it (module documentation of `mm`).
@@ -154,34 +183,50 @@ impl Space {
     /// Runs `f` on page `page`'s bytes, writable, faulting it in for writing first (allocating,
     /// swapping in, or copying on write). The writes are recorded by the frame's dirty bit, not
     /// by software (except under the software dirty bit, which this marks). `f` runs under the
-    /// page-table lock: it must not call back into this space.
+    /// page-table lock: it must not call back into this space. A page of a file mapping is
+    /// refused with [`MmError::SharedPage`] (use [`Space::with_shared_page`]).
     pub fn with_page_mut<R>(
         &self,
         page: u64,
         f: impl FnOnce(&mut [u8]) -> R,
     ) -> Result<R, MmError> {
-        self.fault(page, Access::Write, |_, ptr| {
+        self.fault(page, Access::Write, false, |_, ptr| {
             // SAFETY: a frame of a present, writable pte: the space is the folio's only mapper
             // and we hold its page-table lock, so no other borrow of these bytes exists.
             f(unsafe { std::slice::from_raw_parts_mut(ptr, FRAME_SIZE) })
         })
     }
 
-    /// Copies `buf.len()` bytes at byte address `addr` into `buf`.
-    pub fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), MmError> {
-        self.bytes_op(addr, buf.len(), |page, off, done, n| {
-            self.with_page(page, |b| {
-                buf[done..done + n].copy_from_slice(&b[off..off + n])
-            })
+    /// Runs `f` on page `page` as shared memory ([`SharedPage`]), faulting it in first —
+    /// for writing if `write` (allocating, swapping in, copying on write, or dirtying a file
+    /// page). Works on anonymous and file pages alike; the only access to a page of a file
+    /// mapping, which other spaces may be writing at the same time. `f` runs under the
+    /// page-table lock: it must not call back into this space or the page cache.
+    pub fn with_shared_page<R>(
+        &self,
+        page: u64,
+        write: bool,
+        f: impl FnOnce(&SharedPage<'_>) -> R,
+    ) -> Result<R, MmError> {
+        let access = if write { Access::Write } else { Access::Read };
+        self.fault(page, access, true, |_, ptr| {
+            // SAFETY: a frame of a present pte (writable if `write`), or the zero page for a
+            // read, which stays mapped while the page-table lock is held, for the closure only.
+            f(&unsafe { SharedPage::new(ptr, write) })
         })
     }
 
-    /// Copies `data` to byte address `addr`.
+    /// Copies `buf.len()` bytes at byte address `addr` into `buf` (anonymous or file pages).
+    pub fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), MmError> {
+        self.bytes_op(addr, buf.len(), |page, off, done, n| {
+            self.with_shared_page(page, false, |p| p.read(off, &mut buf[done..done + n]))?
+        })
+    }
+
+    /// Copies `data` to byte address `addr` (anonymous or file pages).
     pub fn write(&self, addr: u64, data: &[u8]) -> Result<(), MmError> {
         self.bytes_op(addr, data.len(), |page, off, done, n| {
-            self.with_page_mut(page, |b| {
-                b[off..off + n].copy_from_slice(&data[done..done + n])
-            })
+            self.with_shared_page(page, true, |p| p.write(off, &data[done..done + n]))?
         })
     }
 
@@ -231,9 +276,18 @@ impl Space {
         &self,
         page: u64,
         access: Access,
+        shared_ok: bool,
         f: impl FnOnce(&mut [u64], *mut u8) -> R,
     ) -> Result<R, MmError> {
         self.check(&(page..page + 1))?;
+        // The mappings stay as they are for the whole fault (`mmap_lock` read).
+        let vmas = self.inner.vmas();
+        if let Some(vma) = vma_of(&vmas, page) {
+            if !shared_ok {
+                return Err(MmError::SharedPage { page });
+            }
+            return self.file_fault(vma, page, access, f);
+        }
         let mm = &*self.inner.mm;
         let pool = mm.cache.pool();
         let i = page as usize;
@@ -283,6 +337,159 @@ impl Space {
             let new = self.new_anon(new, i, |bytes| bytes.fill(0));
             self.map_new(&mut pt, i, new);
         }
+    }
+
+    /// A fault on page `page` of the file mapping `vma` (see [`super::file`]); runs `f` under
+    /// the page-table lock with the page present as `access` needs.
+    fn file_fault<R>(
+        &self,
+        vma: &Vma,
+        page: u64,
+        access: Access,
+        f: impl FnOnce(&mut [u64], *mut u8) -> R,
+    ) -> Result<R, MmError> {
+        let mm = &*self.inner.mm;
+        let pool = mm.cache.pool();
+        let mapping = vma.file.mapping();
+        let i = page as usize;
+        let index = vma.file_index(page);
+        let write = access == Access::Write;
+        let past_eof = || MmError::PastEof {
+            page,
+            file_pages: mapping.size().div_ceil(PAGE_SIZE),
+        };
+        loop {
+            {
+                let mut pt = self.pt();
+                let e = pt[i];
+                if write && (e & NOWRITE != 0 || !vma.rmap.writable) {
+                    return Err(MmError::ReadOnly { page });
+                }
+                if e & PRESENT != 0 && (!write || e & WRITE != 0) {
+                    pt[i] |= YOUNG;
+                    let head = pool
+                        .folio(pte::target(e) as usize)
+                        .expect("a pte maps a pool frame");
+                    let pfn = pte::target(e) as usize + (index - head.index()) as usize;
+                    if write && mm.dirty.kind() == DirtyBitKind::Software {
+                        mm.dirty.mark_written(pfn, 1);
+                    }
+                    return Ok(f(&mut pt, pool.frame_ptr(pfn)));
+                }
+            }
+            // Throttled before it dirties a folio, holding no lock (`balance_dirty_pages`).
+            if write {
+                mapping.balance_dirty().map_err(MmError::File)?;
+            }
+            let r = match vma.file.read_folio(index) {
+                Ok(r) => r,
+                Err(FilemapError::Store(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                    return Err(past_eof())
+                }
+                Err(e) => return Err(MmError::File(e)),
+            };
+            let g = r.lock_with(mapping.policy());
+            if !mapping.still_mapped(&g, g.index()) {
+                // Truncated, replaced or evicted meanwhile: look again.
+                continue;
+            }
+            if index >= mapping.size().div_ceil(PAGE_SIZE) {
+                return Err(past_eof());
+            }
+            if write {
+                // Stable pages: the bytes under write-back must not change (`page_mkwrite`).
+                g.wait_writeback_with(mapping.policy());
+                mapping.mark_dirty(&g);
+            }
+            let head = g.pfn();
+            let mut pt = self.pt();
+            let e = pt[i];
+            if e & PRESENT != 0 {
+                // Mapped by a racing fault of this space: only the write permission is ours
+                // to add (the folio is dirty and locked, so write-back cannot clean it behind
+                // us).
+                if write && pte::target(e) == head as u64 {
+                    pt[i] |= WRITE;
+                }
+                continue;
+            }
+            if mapcount(g.flags()) >= MAX_MAPCOUNT {
+                return Err(MmError::TooManyMappings { page });
+            }
+            mm.add_file_rmap(&g);
+            pt[i] = pte::present(e, head, write);
+            if e & MLOCK != 0 {
+                mm.mlock_folio(&g);
+            }
+            // The pte takes a reference of its own.
+            let _ = pool
+                .try_get(g.folio())
+                .expect("the guard holds a reference")
+                .into_raw();
+        }
+    }
+
+    /// Maps pages `file_pages` of `file` at pages `at ..` of this space (`mmap` with
+    /// `MAP_SHARED | MAP_FIXED`): reads and writes of those pages are the file's bytes, in its
+    /// page cache, and writes reach the file when it is written back (`fsync`, the flusher,
+    /// reclaim) or unmapped. `writable` allows writes (`PROT_WRITE`). What the range held
+    /// before (anonymous pages) is unmapped. The mapping keeps the file open until it is
+    /// unmapped or the space exits.
+    ///
+    /// Fails with [`MmError::PastEof`] if `file_pages` reaches past the end of the file,
+    /// [`MmError::OutOfRange`] if the pages do not fit in the space, and [`MmError::Overlap`]
+    /// if they overlap another file mapping (unmap it first).
+    #[doc(alias = "mmap")]
+    pub fn map_file(
+        &self,
+        file: &CachedFile,
+        file_pages: Range<u64>,
+        at: u64,
+        writable: bool,
+    ) -> Result<(), MmError> {
+        let pages = file_pages.end.saturating_sub(file_pages.start);
+        if pages == 0 {
+            return Err(MmError::OutOfRange {
+                page: at,
+                pages: self.inner.pages,
+            });
+        }
+        let end = at.checked_add(pages).ok_or(MmError::OutOfRange {
+            page: u64::MAX,
+            pages: self.inner.pages,
+        })?;
+        self.check(&(at..end))?;
+        let file_end = file.len().div_ceil(PAGE_SIZE);
+        if file_pages.end > file_end {
+            return Err(MmError::PastEof {
+                page: file_pages.end - 1,
+                file_pages: file_end,
+            });
+        }
+        let mut vmas = self.inner.vmas_mut();
+        if let Some(v) = vmas
+            .iter()
+            .find(|v| v.range().start < end && at < v.range().end)
+        {
+            return Err(MmError::Overlap {
+                page: v.range().start.max(at),
+            });
+        }
+        {
+            let mut pt = self.pt();
+            zap_table(&self.inner.mm, &mut pt[at as usize..end as usize]);
+        }
+        let vma = Vma::new(
+            &self.inner,
+            Arc::new(file.reopen()),
+            at,
+            pages,
+            file_pages.start,
+            writable,
+        );
+        vmas.push(vma);
+        vmas.sort_by_key(|v| v.rmap.start);
+        Ok(())
     }
 
     /// Makes `r` (just allocated) an anonymous folio of this family at page `i`, its bytes
@@ -418,16 +625,22 @@ impl Space {
     }
 
     /// A child space sharing every page copy-on-write (`fork`, `dup_mmap`): present pages are
-    /// mapped read-only in both, swap entries are duplicated. Locks are not inherited.
+    /// mapped read-only in both, swap entries are duplicated. File mappings are shared: the
+    /// child maps the same file pages, and faults them in when it touches them. Locks are not
+    /// inherited.
     pub fn fork(&self) -> Result<Space, MmError> {
         let mm = &self.inner.mm;
         let pool = mm.cache.pool();
+        let vmas = self.inner.vmas();
         let mut pt = self.pt();
         let mut child = vec![0u64; pt.len()].into_boxed_slice();
         for i in 0..pt.len() {
             let e = pt[i];
             let keep = e & NOWRITE;
-            if e & PRESENT != 0 {
+            if vma_of(&vmas, i as u64).is_some() {
+                // A shared file page: the child faults it in from the page cache.
+                child[i] = keep;
+            } else if e & PRESENT != 0 {
                 let f = pool
                     .folio(pte::target(e) as usize)
                     .expect("a pte maps a pool frame");
@@ -455,6 +668,19 @@ impl Space {
         // mapped by the child also finds the child.
         let child = Space::join(mm, self.inner.family.clone(), child);
         drop(pt);
+        {
+            let mut child_vmas = child.inner.vmas_mut();
+            for v in vmas.iter() {
+                child_vmas.push(Vma::new(
+                    &child.inner,
+                    v.file.clone(),
+                    v.rmap.start,
+                    v.rmap.pages,
+                    v.rmap.file_page,
+                    v.rmap.writable,
+                ));
+            }
+        }
         Ok(child)
     }
 
@@ -466,7 +692,7 @@ impl Space {
         let mm = &*self.inner.mm;
         let pool = mm.cache.pool();
         for page in range {
-            self.fault(page, Access::Populate, |pt, _| {
+            self.fault(page, Access::Populate, true, |pt, _| {
                 let i = page as usize;
                 let e = pt[i];
                 if e & MLOCK == 0 {
@@ -516,11 +742,49 @@ impl Space {
 
     /// Unmaps `range` (`munmap`, `zap_pte_range`): its pages read as zeros again, unlocked and
     /// writable.
+    ///
+    /// File mappings inside the range go; those it covers in part keep the rest (the writes
+    /// their unmapped pages recorded become dirty in the file).
     pub fn munmap(&self, range: Range<u64>) -> Result<(), MmError> {
         self.check(&range)?;
-        let mut pt = self.pt();
-        let r = range.start as usize..range.end as usize;
-        zap_table(&self.inner.mm, &mut pt[r]);
+        let mut vmas = self.inner.vmas_mut();
+        // The pieces left are in the files' reverse maps before the ptes go, and the old
+        // mappings leave them after: a walker always finds every pte that maps its folio.
+        let mut gone = Vec::new();
+        let mut kept = Vec::new();
+        for v in vmas.drain(..) {
+            let r = v.range();
+            if r.end <= range.start || range.end <= r.start {
+                kept.push(v);
+                continue;
+            }
+            for piece in [
+                r.start..range.start.max(r.start),
+                range.end.min(r.end)..r.end,
+            ] {
+                if piece.start < piece.end {
+                    kept.push(Vma::new(
+                        &self.inner,
+                        v.file.clone(),
+                        piece.start,
+                        piece.end - piece.start,
+                        v.file_index(piece.start),
+                        v.rmap.writable,
+                    ));
+                }
+            }
+            gone.push(v);
+        }
+        {
+            let mut pt = self.pt();
+            let r = range.start as usize..range.end as usize;
+            zap_table(&self.inner.mm, &mut pt[r]);
+        }
+        for v in &gone {
+            v.unlink();
+        }
+        kept.sort_by_key(|v| v.rmap.start);
+        *vmas = kept;
         Ok(())
     }
 
@@ -579,10 +843,17 @@ impl Drop for Space {
     /// The process exits (`exit_mmap`): every page is unmapped, and the space leaves its family.
     fn drop(&mut self) {
         let mm = &self.inner.mm;
+        let vmas = std::mem::take(&mut *self.inner.vmas_mut());
         {
             let mut pt = self.inner.pt.lock().unwrap_or_else(|e| e.into_inner());
             zap_table(mm, &mut pt);
         }
+        // After the zap: every pte that mapped a file folio has gone, with the writes its frame
+        // recorded; the files may now close.
+        for v in &vmas {
+            v.unlink();
+        }
+        drop(vmas);
         let me = Arc::as_ptr(&self.inner);
         let mut spaces = self
             .inner

@@ -173,6 +173,27 @@ pub(crate) trait Owners: Sync {
     fn can_swap(&self) -> bool {
         false
     }
+    /// Unmaps the locked file folio `g`, which some space maps, from every space (the
+    /// kernel's `try_to_unmap` for a file folio, through its file's `i_mmap`): with
+    /// `check_references`, a folio used through a mapping since reclaim last looked is activated
+    /// instead. The last unmap transfers the frames' dirty bit to the folio.
+    fn unmap_file(&self, g: &mut FolioGuard<'_>, check_references: bool) -> MappedFate {
+        let _ = (g, check_references);
+        MappedFate::Keep
+    }
+}
+
+/// What reclaim's unmap of a mapped file folio came to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum MappedFate {
+    /// No space maps it any more (its dirty bit transferred): evict or write it back.
+    Unmapped,
+    /// Used through a mapping since reclaim last looked: to the active list.
+    Activate,
+    /// A page-table lock was busy: keep it for now.
+    Keep,
+    /// A space maps it locked: to the unevictable list.
+    Unevictable,
 }
 
 /// The anonymous memory of a cache, as reclaim reaches it (through the cache's [`Owners`]).

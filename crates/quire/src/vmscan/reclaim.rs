@@ -46,7 +46,7 @@ use std::ptr::NonNull;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use super::{isqrt, AnonFate, Lru, Owners, ReclaimPolicy, Vmscan};
+use super::{isqrt, AnonFate, Lru, MappedFate, Owners, ReclaimPolicy, Vmscan};
 use crate::mem::folio::{Folio, FolioRef, FRAME_SHIFT};
 use crate::mem::pool::FramePool;
 use crate::stats::Event;
@@ -179,6 +179,21 @@ impl Vmscan {
                 }
                 continue;
             }
+            if g.is_mapped() {
+                // Some space maps it: unmap it everywhere first (the last unmap moves the
+                // writes its frames recorded to DIRTY), unless it was used through a mapping.
+                let fate = match owners.unmap_file(&mut g, true) {
+                    MappedFate::Unmapped => None,
+                    MappedFate::Activate => Some(AnonFate::Activate),
+                    MappedFate::Keep => Some(AnonFate::Keep),
+                    MappedFate::Unevictable => Some(AnonFate::Unevictable),
+                };
+                if let Some(fate) = fate {
+                    self.anon_keep(&g, fate);
+                    keep.push(g.unlock());
+                    continue;
+                }
+            }
             let writeback = g.is_writeback();
             // A reference does not keep an unmapped file folio from being reclaimed.
             g.clear_referenced();
@@ -210,7 +225,7 @@ impl Vmscan {
         reclaimed
     }
 
-    /// Sets the flags that send an anonymous folio reclaim keeps to the right list.
+    /// Sets the flags that send a mapped folio reclaim keeps to the right list.
     fn anon_keep(&self, f: &Folio, fate: AnonFate) {
         match fate {
             AnonFate::Activate => {
