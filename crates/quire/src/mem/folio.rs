@@ -237,6 +237,13 @@ impl Folio {
         self.flags.fetch_add(delta, Ordering::AcqRel)
     }
 
+    /// Sets [`SWAPCACHE`]; returns the whole word as it was before, so that the setter learns
+    /// in the same read-modify-write what the owner bits (the mapcount) were.
+    #[inline]
+    pub(crate) fn set_swapcache_word(&self) -> u64 {
+        self.flags.fetch_or(SWAPCACHE, Ordering::AcqRel)
+    }
+
     /// Replaces the [`OWNER_BITS`] of the word with those of `f(word)`, in one compare-and-swap
     /// loop (the other bits are kept as they are at the moment of the swap); returns the
     /// previous word. `f` may run more than once.

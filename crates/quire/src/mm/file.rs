@@ -53,7 +53,7 @@ use std::sync::{Arc, Weak};
 
 use super::pte::{self, MLOCK, PRESENT, WRITE, YOUNG};
 use super::space::SpaceInner;
-use super::{mapcount, AnonInner, MmError, MAPCOUNT_ONE, RMAP_TESTING};
+use super::{AnonInner, MmError};
 use crate::filemap::immap::{FileVma, RmapOp, RmapResult};
 use crate::filemap::CachedFile;
 use crate::mem::folio::{Folio, FRAME_SIZE};
@@ -196,9 +196,7 @@ impl AnonInner {
     /// frames' dirty bit (see the module documentation), unless a last unmap is still testing
     /// it.
     pub(crate) fn add_file_rmap(&self, f: &Folio) {
-        let old = f.add_owner_bits(MAPCOUNT_ONE);
-        debug_assert!(mapcount(old) < super::MAX_MAPCOUNT);
-        if mapcount(old) == 0 && old & RMAP_TESTING == 0 {
+        if super::rmap::first_map_rmw(f) {
             self.dirty.clear(self.pfn(f), f.nr_frames());
         }
     }

@@ -63,7 +63,7 @@
 
 mod file;
 pub mod pte;
-mod rmap;
+pub(crate) mod rmap;
 mod space;
 pub(crate) mod swap_state;
 pub(crate) mod swapfile;
@@ -75,6 +75,9 @@ use std::sync::{Arc, Mutex, Weak};
 use thiserror::Error;
 
 pub use file::SharedPage;
+#[cfg(loom)]
+#[doc(hidden)]
+pub use rmap::model;
 pub use space::{PageState, Space, MAX_SPACE_PAGES};
 
 use crate::filemap::{Cache, FilemapError, PageCache};

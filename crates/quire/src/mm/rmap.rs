@@ -36,6 +36,124 @@ impl AnonVma {
     }
 }
 
+/// The flag-word step of a pte going away: one mapping less, in one read-modify-write that
+/// also tells, atomically, whether this was the last mapping and whether the folio was in the
+/// swap cache at that moment (reclaim sets `SWAPCACHE` with a read-modify-write of the same word
+/// and then reads the mapcount: see [`swapcache_rmw`]). The last one also sets `RMAP_TESTING`,
+/// which [`end_test`] clears once the dirty bit is tested (see [`first_map_rmw`]). Returns the
+/// word before.
+pub(crate) fn unmap_rmw(f: &Folio) -> u64 {
+    f.update_owner_bits(|w| {
+        debug_assert!(mapcount(w) >= 1, "mapcount underflow on {f:?}");
+        let w = w - MAPCOUNT_ONE;
+        if mapcount(w) == 0 {
+            w | RMAP_TESTING
+        } else {
+            w
+        }
+    })
+}
+
+/// The last unmap's dirty-bit test is done.
+pub(crate) fn end_test(f: &Folio) {
+    f.clear_owner_bits(RMAP_TESTING);
+}
+
+/// The flag-word step of a new pte of a file folio (the caller holds the folio lock): one
+/// mapping more; whether the caller may clear the frames' dirty bit — it is the first mapping
+/// and no last unmap is still to test the bit (a write through the pte that went would be
+/// lost if the clear came between that unmap and its test).
+pub(crate) fn first_map_rmw(f: &Folio) -> bool {
+    let old = f.add_owner_bits(MAPCOUNT_ONE);
+    debug_assert!(mapcount(old) < super::MAX_MAPCOUNT);
+    mapcount(old) == 0 && old & RMAP_TESTING == 0
+}
+
+/// What `add_to_swap`'s flag-word step found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SwapcacheFate {
+    /// Still mapped: its last unmap, whenever it comes, sees `SWAPCACHE` and tests the dirty
+    /// bit; reclaim goes on.
+    Mapped,
+    /// Its last unmap came before and saw no `SWAPCACHE`: that unmap took the content for dead
+    /// and ended the folio's life as anonymous memory (`anon_death`).
+    DeadUnmapped,
+    /// Its last unmap came between the set and the read: that unmap saw `SWAPCACHE` and left
+    /// the folio to the swap cache, so the content's death is reclaim's to finish.
+    DeadOurs,
+}
+
+/// `add_to_swap`'s flag-word step (the folio locked by reclaim): sets `SWAPCACHE`, learning in
+/// the same read-modify-write whether the folio was still mapped, and if it was, reads the
+/// mapcount again. The last unmap's read-modify-write falls before the set (it saw no
+/// `SWAPCACHE`), between the set and the read (it saw it), or after the read (it sees it):
+/// exactly one side ends a dead folio's life, and a folio reclaim goes on with is tested when
+/// its last mapping goes.
+pub(crate) fn swapcache_rmw(f: &Folio) -> SwapcacheFate {
+    let old = f.set_swapcache_word();
+    if mapcount(old) == 0 {
+        SwapcacheFate::DeadUnmapped
+    } else if mapcount(f.flags()) == 0 {
+        SwapcacheFate::DeadOurs
+    } else {
+        SwapcacheFate::Mapped
+    }
+}
+
+/// The flag-word protocol of the reverse map, for the loom models (`tests/loom_mm.rs`), with
+/// deliberately broken variants that the models must catch.
+#[cfg(loom)]
+#[doc(hidden)]
+pub mod model {
+    use super::*;
+
+    /// A pte of `f` is made (no first-map rule).
+    pub fn map(f: &Folio) {
+        f.add_owner_bits(MAPCOUNT_ONE);
+    }
+    /// See `unmap_rmw`: (was it the last mapping, was the folio in the swap cache then).
+    pub fn unmap(f: &Folio) -> (bool, bool) {
+        let old = unmap_rmw(f);
+        (mapcount(old) == 1, old & crate::mem::folio::SWAPCACHE != 0)
+    }
+    /// See `end_test`.
+    pub fn end_test(f: &Folio) {
+        super::end_test(f)
+    }
+    /// See `first_map_rmw`.
+    pub fn first_map(f: &Folio) -> bool {
+        first_map_rmw(f)
+    }
+    /// Broken: clears on any first mapping, ignoring a test in progress.
+    pub fn first_map_ignoring_test(f: &Folio) -> bool {
+        mapcount(f.add_owner_bits(MAPCOUNT_ONE)) == 0
+    }
+    /// See `swapcache_rmw`: 0 still mapped, 1 the unmap ended the folio, 2 reclaim must.
+    pub fn add_to_swap(f: &Folio) -> u8 {
+        swapcache_rmw(f) as u8
+    }
+    /// Broken: reads the mapcount before setting `SWAPCACHE`.
+    pub fn add_to_swap_checking_first(f: &Folio) -> u8 {
+        let mapped = mapcount(f.flags()) != 0;
+        f.set_swapcache();
+        if mapped {
+            0
+        } else {
+            1
+        }
+    }
+    /// Broken: sets `SWAPCACHE` and reads the mapcount after, but takes every dead folio for
+    /// ended by its unmap (the death of a folio unmapped between the two is nobody's).
+    pub fn add_to_swap_without_handoff(f: &Folio) -> u8 {
+        f.set_swapcache();
+        if mapcount(f.flags()) != 0 {
+            0
+        } else {
+            1
+        }
+    }
+}
+
 /// Why reclaim could not unmap a folio.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum UnmapFailed {
@@ -70,19 +188,7 @@ impl AnonInner {
     #[doc(alias = "page_remove_rmap")]
     #[doc(alias = "folio_remove_rmap_pte")]
     pub(crate) fn remove_rmap(&self, f: &Folio, reclaim: bool) {
-        // One read-modify-write tells us, atomically, whether this was the last mapping and
-        // whether the folio was in the swap cache at that moment (reclaim sets SWAPCACHE with
-        // a read-modify-write of the same word, then reads the mapcount). The last one also
-        // sets RMAP_TESTING until its test is done (see `add_file_rmap`).
-        let old = f.update_owner_bits(|w| {
-            debug_assert!(mapcount(w) >= 1, "mapcount underflow on {f:?}");
-            let w = w - MAPCOUNT_ONE;
-            if mapcount(w) == 0 {
-                w | RMAP_TESTING
-            } else {
-                w
-            }
-        });
+        let old = unmap_rmw(f);
         if mapcount(old) != 1 {
             return;
         }
@@ -103,7 +209,7 @@ impl AnonInner {
                 self.cache.mark_mapped_dirty(f);
             }
         }
-        f.clear_owner_bits(RMAP_TESTING);
+        end_test(f);
         if anon && !in_swap_cache {
             self.anon_death(f);
         }

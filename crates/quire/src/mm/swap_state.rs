@@ -24,7 +24,7 @@
 use std::ptr::NonNull;
 use std::sync::atomic::Ordering;
 
-use super::rmap::UnmapFailed;
+use super::rmap::{SwapcacheFate, UnmapFailed};
 use super::swapfile::SwapDevice;
 use super::{mapcount, AnonInner};
 use crate::filemap::FolioPtr;
@@ -152,12 +152,15 @@ impl AnonInner {
     fn add_to_swap(&self, g: &FolioGuard<'_>) -> Result<u64, AddFailed> {
         let swap = self.swap.as_ref().ok_or(AddFailed::Full)?;
         let slot = swap.alloc().ok_or(AddFailed::Full)?;
-        g.set_swapcache();
-        // After the read-modify-write above, a zero mapcount means the last unmap came first
-        // and saw no SWAPCACHE: the folio died (see `remove_rmap`).
-        if mapcount(g.flags()) == 0 {
+        let fate = super::rmap::swapcache_rmw(g);
+        if fate != SwapcacheFate::Mapped {
+            // The last mapping went meanwhile: the content is dead, nothing to write.
             g.clear_swapcache();
             swap.clear_cache(slot);
+            if fate == SwapcacheFate::DeadOurs {
+                // That unmap saw SWAPCACHE and left the folio to us.
+                self.anon_death(g);
+            }
             return Err(AddFailed::Dead);
         }
         g.set_private(slot as usize);
