@@ -52,6 +52,15 @@
 //! [`Owners`](crate::vmscan): it evicts folios for it, deletes shadow nodes and wakes the
 //! flusher when reclaim meets dirty folios.
 //!
+//! # Mapped folios
+//!
+//! Spaces of [`crate::mm`] may map a file's folios (`Space::map_file`); the file's reverse map
+//! (`immap.rs`) lists those mappings. A folio some space maps has a mapcount (owner bits of its
+//! flag word) and one reference per pte, so the page cache unmaps it before it changes it
+//! (`write_at`), drops it (truncation, close) or reclaim evicts it, and write-protects it
+//! before writing it back (`folio_mkclean`). A zero-copy reader of a folio mapped writable is
+//! not promised stable bytes (see `mm/file.rs`).
+//!
 //! A folio leaves its index in one place, [`Mapping::remove_folio`]: its slot gets the
 //! replacement (nothing, a shadow, or a copy), the index's reference is put, the counts are
 //! fixed, its `mapping` is set to 0 and it is taken off its LRU list, in that order (see

@@ -34,7 +34,7 @@
 //! | 16–19 | order ([`ORDER_SHIFT`]) | log2 of the folio's frame count, 0..=9 | allocation only |
 //! | 20 | [`LRU_PENDING`] | queued in a batch to be added to an LRU list | its owner / the batch drain, under the LRU lock |
 //! | 21–31 | — | reserved for `mem` | |
-//! | 32–63 | — | free for upper layers: `mm` keeps the mapcount (32–47, [`MAPCOUNT_BITS`]: page-table entries mapping the folio) and the mlock count (48–63) of mapped folios, anonymous or file | their owners, with RMW ops |
+//! | 32–63 | — | free for upper layers: `mm` keeps the mapcount (32–47, `MAPCOUNT_BITS`: page-table entries mapping the folio) and the mlock count (48–63) of mapped folios, anonymous or file | their owners, with RMW ops |
 //!
 //! State changes other than allocation and free are single read-modify-write operations on the
 //! word (`fetch_or` / `fetch_and`), so bits owned by different parties never overwrite each other.
@@ -83,7 +83,10 @@
 //!      then writes an up-to-date folio in place. If other references exist the freeze fails
 //!      and the writer must wait for them or write a copy (copy-on-write).
 //!
-//! So an up-to-date folio's bytes never change under a reader that holds a reference.
+//! So an up-to-date folio's bytes never change under a reader that holds a reference — with
+//! one exception, outside this module: a file folio that a space of [`crate::mm`] maps writable
+//! (`Space::map_file`) is shared memory, written by the spaces through raw pointers while
+//! readers may hold references; such a reader is not promised stable bytes (see `mm/file.rs`).
 //!
 //! # Finding the allocator
 //!
