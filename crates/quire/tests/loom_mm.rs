@@ -151,3 +151,59 @@ fn the_model_catches_a_dead_folio_nobody_ends() {
         model::add_to_swap_without_handoff
     )));
 }
+
+/// A zero-copy reader takes a reference and checks for mappings while a write fault takes its
+/// mapcount unit and checks for readers: at least one of them sees the other (the reader then
+/// write-protects the ptes; the writer gives the spaces a copy), never neither — else the
+/// reader would borrow bytes a space writes.
+fn reader_racing_a_write_fault(writer: fn(&quire::mem::Folio) -> bool) {
+    let pool = pool();
+    let r = pool.alloc(0).unwrap();
+    let ptr = r.folio() as *const quire::mem::Folio as usize;
+    let p1 = pool.clone();
+    let reader = thread::spawn(move || {
+        // SAFETY (test): the folio outlives the threads (main holds its reference).
+        let f = unsafe { &*(ptr as *const quire::mem::Folio) };
+        // The reader keeps its reference (its borrow of the bytes) past the fault's decision:
+        // main puts it back after both threads end.
+        let _ = p1.try_get(f).expect("main holds a reference").into_raw();
+        model::reader_sees_mapping(f)
+    });
+    let p2 = pool.clone();
+    let fault = thread::spawn(move || {
+        // SAFETY (test): as above.
+        let f = unsafe { &*(ptr as *const quire::mem::Folio) };
+        // The fault's own reference (its folio guard's).
+        let held = p2.try_get(f).expect("main holds a reference");
+        let saw = writer(f);
+        drop(held);
+        saw
+    });
+    let reader_saw_mapping = reader.join().unwrap();
+    let writer_saw_reader = fault.join().unwrap();
+    // SAFETY (test): the reader's raw reference, given back once.
+    drop(unsafe { pool.ref_from_raw(std::ptr::NonNull::from(r.folio())) });
+    assert!(
+        reader_saw_mapping || writer_saw_reader,
+        "a reader borrowed bytes that a writable pte can change"
+    );
+    drop(r);
+}
+
+/// The fault: a new pte's unit first, then the check. `main`'s reference stands for the index's.
+fn write_fault(f: &quire::mem::Folio) -> bool {
+    model::map(f);
+    model::writer_sees_readers(f, true)
+}
+
+#[test]
+fn a_zero_copy_reader_and_a_write_fault_see_each_other() {
+    builder().check(|| reader_racing_a_write_fault(write_fault));
+}
+
+#[test]
+fn the_model_catches_a_write_fault_that_checks_before_counting() {
+    assert!(fails(|| reader_racing_a_write_fault(
+        model::writer_checking_before_counting
+    )));
+}

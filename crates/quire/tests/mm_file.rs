@@ -166,6 +166,7 @@ fn the_last_unmap_tests_the_dirty_bit_of_file_folios() {
     a.write(PAGE, b"from a").unwrap();
     assert_eq!(read_space(&b, PAGE, 6), b"from a", "both map one folio");
     let t0 = anon.stats().get(Event::DirtyTests);
+    let x0 = anon.stats().get(Event::DirtyTransfers);
     a.munmap(0..4).unwrap();
     assert_eq!(
         anon.stats().get(Event::DirtyTests),
@@ -178,6 +179,11 @@ fn the_last_unmap_tests_the_dirty_bit_of_file_folios() {
         s.get(Event::DirtyTests) - t0,
         1,
         "the last unmap of the written folio tested it (file folios are always tested)"
+    );
+    assert_eq!(
+        s.get(Event::DirtyTransfers) - x0,
+        1,
+        "and found the write a recorded (the bit was cleared when the folio was first mapped)"
     );
     assert_eq!(file.mappings(), 0);
     drop(file);
@@ -226,6 +232,84 @@ fn write_at_and_truncation_reach_the_spaces() {
     drop(space);
     drop(file);
     common::check_no_leak(&cache, "truncation");
+}
+
+#[test]
+fn writes_past_the_end_never_become_file_data() {
+    let (cache, anon) = setup(4 << 20, DirtyBitMode::Auto);
+    for grow_by_write in [false, true] {
+        let (file, store) = file_with(&cache, vec![7; PAGE as usize + 10]);
+        let space = anon.new_space(2).unwrap();
+        space.map_file(&file, 0..2, 0, true).unwrap();
+        // The mapping covers the whole last page: a write past the end lands in the cache.
+        space.write(PAGE + 100, b"beyond").unwrap();
+        assert_eq!(read_space(&space, PAGE + 100, 6), b"beyond");
+        file.fsync().unwrap();
+        assert_eq!(
+            store.contents().len(),
+            PAGE as usize + 10,
+            "not written to the store"
+        );
+        if grow_by_write {
+            file.write_at(PAGE + 200, b"end").unwrap();
+        } else {
+            file.set_len(2 * PAGE).unwrap();
+        }
+        let mut got = vec![0xff; 6];
+        file.read_exact_at(PAGE + 100, &mut got).unwrap();
+        assert_eq!(
+            got, [0; 6],
+            "the grown file reads zeros there (grown by write: {grow_by_write})"
+        );
+        assert_eq!(
+            read_space(&space, PAGE + 100, 6),
+            [0; 6],
+            "and so does the space"
+        );
+        let mut kept = [0; 10];
+        file.read_exact_at(PAGE, &mut kept).unwrap();
+        assert_eq!(kept, [7; 10], "the file's own bytes stay");
+        drop(space);
+        drop(file);
+    }
+    common::check_no_leak(&cache, "writes past the end");
+}
+
+#[test]
+fn a_zero_copy_reader_keeps_its_bytes_while_a_space_writes() {
+    let (cache, anon) = setup(4 << 20, DirtyBitMode::Auto);
+    let data = pattern(2 * PAGE as usize, 5);
+    let (file, store) = file_with(&cache, data.clone());
+    let space = anon.new_space(2).unwrap();
+    space.map_file(&file, 0..2, 0, true).unwrap();
+    space.write(0, b"before").unwrap();
+    let held = file.read_folio(0).unwrap();
+    assert_eq!(
+        space.page_state(0).unwrap(),
+        PageState::Present { writable: false },
+        "the zero-copy lookup write-protected the space's pte"
+    );
+    let seen = held.bytes().unwrap()[..PAGE as usize].to_vec();
+    assert_eq!(&seen[..6], b"before");
+    space.write(0, b"after!").unwrap();
+    assert_eq!(
+        held.bytes().unwrap()[..PAGE as usize],
+        seen[..],
+        "the reader's bytes did not change"
+    );
+    assert_eq!(read_space(&space, 0, 6), b"after!");
+    let mut now = [0; 6];
+    file.read_exact_at(0, &mut now).unwrap();
+    assert_eq!(
+        &now, b"after!",
+        "the space wrote a copy that took the folio's place"
+    );
+    drop(held);
+    drop(space);
+    file.fsync().unwrap();
+    assert_eq!(&store.synced_contents()[..6], b"after!");
+    drop(file);
+    common::check_no_leak(&cache, "zero-copy reader");
 }
 
 #[test]
@@ -310,8 +394,15 @@ fn bad_input_gets_clear_errors() {
     ));
     assert!(matches!(
         space.map_file(&file, 2..2, 0, true),
-        Err(MmError::OutOfRange { .. })
+        Err(MmError::EmptyRange { start: 2, end: 2 })
     ));
+    let other = PageCache::new(common::quiet_config(1 << 20)).unwrap();
+    let (foreign, _) = file_with(&other, vec![0; 4096]);
+    assert!(matches!(
+        space.map_file(&foreign, 0..1, 0, true),
+        Err(MmError::OtherCache)
+    ));
+    drop(foreign);
     space.map_file(&file, 0..4, 0, true).unwrap();
     space
         .with_shared_page(1, false, |p| {

@@ -67,8 +67,9 @@ pub(crate) trait FileVma: Send + Sync {
     /// locked.
     fn rmap_one(&self, f: &Folio, op: RmapOp) -> RmapResult;
     /// Tests and clears the dirty bit of `f`'s frames (counted as a dirty test); whether a
-    /// write was recorded (`page_test_and_clear_dirty`).
-    fn test_and_clear_dirty(&self, f: &Folio) -> bool;
+    /// write was recorded (`page_test_and_clear_dirty`), or `None` if the mapping's space is
+    /// gone (ask another mapping).
+    fn test_and_clear_dirty(&self, f: &Folio) -> Option<bool>;
 }
 
 /// The mappings of one file (`i_mmap`).
@@ -150,10 +151,9 @@ impl Mapping {
         for vma in &vmas {
             vma.rmap_one(g, RmapOp::Mkclean);
         }
-        if let Some(vma) = vmas.first() {
-            if vma.test_and_clear_dirty(g) {
-                self.mark_dirty_mapped(g);
-            }
+        // The bit lives in the cache's anonymous memory: any mapping whose space lives asks it.
+        if vmas.iter().find_map(|v| v.test_and_clear_dirty(g)) == Some(true) {
+            self.mark_dirty_mapped(g);
         }
     }
 

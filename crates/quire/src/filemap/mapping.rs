@@ -3,7 +3,7 @@
 //! `reclaim.rs`; the rules they share are in the [module documentation](super).
 
 use std::ptr::{self, NonNull};
-use std::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Instant;
 
@@ -57,6 +57,11 @@ pub(crate) struct Mapping {
     pub(crate) wb_failing: AtomicI32,
     /// The spaces' mappings of the file (see [`super::immap`]).
     pub(crate) i_mmap: super::immap::IMmap,
+    /// A space may have written past the end of the file in the page that holds the end (a
+    /// mapping covers whole pages): before the file grows, that tail is zeroed, so that bytes
+    /// past the old end never come back as file data (the kernel's `pagecache_isize_extended`
+    /// and the zeroing of the page straddling the end at write-back).
+    pub(crate) eof_tail_written: AtomicBool,
     this: Weak<Mapping>,
 }
 
@@ -152,6 +157,7 @@ impl Mapping {
             handles: AtomicUsize::new(0),
             wb_failing: AtomicI32::new(0),
             i_mmap: super::immap::IMmap::new(),
+            eof_tail_written: AtomicBool::new(false),
             this: this.clone(),
         })
     }
@@ -523,11 +529,10 @@ impl Mapping {
                 self.mark_accessed(&f);
             }
             let start = f.index() << FRAME_SHIFT;
-            let bytes = f.bytes().expect("up to date");
             let off = (pos - start) as usize;
-            let n = (bytes.len() - off).min((end - pos) as usize);
+            let n = (f.size() - off).min((end - pos) as usize);
             let at = (pos - offset) as usize;
-            buf[at..at + n].copy_from_slice(&bytes[off..off + n]);
+            copy_out(&f, off, &mut buf[at..at + n]);
             pos += n as u64;
         }
         ra.note_read(offset >> FRAME_SHIFT, last);
@@ -560,6 +565,10 @@ impl Mapping {
         guard: &rcu::Guard,
     ) -> Option<FolioRef<'_>> {
         let f = self.try_hit(index, guard)?;
+        if f.reader_sees_mapping() {
+            // The full path write-protects the spaces' ptes (it may wait for the lock).
+            return None;
+        }
         self.mark_accessed(&f);
         ra.note_read(index, index);
         Some(f)
@@ -582,20 +591,47 @@ impl Mapping {
         }
         let f = self.try_hit(offset >> FRAME_SHIFT, guard)?;
         let start = f.index() << FRAME_SHIFT;
-        let bytes = f.bytes()?;
-        if end > start + bytes.len() as u64 {
+        if end > start + f.size() as u64 {
             return None;
         }
         if !continues_in(ra.swap_read_end(end), &f) {
             self.mark_accessed(&f);
         }
-        let off = (offset - start) as usize;
-        buf.copy_from_slice(&bytes[off..off + buf.len()]);
+        copy_out(&f, (offset - start) as usize, buf);
         ra.note_read(offset >> FRAME_SHIFT, (end - 1) >> FRAME_SHIFT);
         Some(buf.len())
     }
 
+    /// A zero-copy reader holds `f` and is about to borrow its bytes: if spaces map it,
+    /// write-protect their ptes (`folio_mkclean`), so that no write through a mapping is in
+    /// flight or can start without a write fault — and a write fault that sees this reference
+    /// gives the spaces a copy instead (see `mm/file.rs`). The full fence pairs with the one a
+    /// write fault makes between raising the mapcount and reading the count.
+    fn stable_for_reader(&self, f: &FolioRef<'_>) {
+        if !f.reader_sees_mapping() {
+            return;
+        }
+        let g = f.clone().lock_with(self.policy());
+        if g.is_mapped() {
+            self.mkclean_folio(&g);
+        }
+    }
+
+    /// [`Mapping::read_folio_unprotected`] for a zero-copy reader: the bytes stay put while
+    /// the reference is held (see [`Mapping::stable_for_reader`]).
     pub(crate) fn read_folio(&self, ra: &Readahead, index: u64) -> Result<FolioRef<'_>> {
+        let f = self.read_folio_unprotected(ra, index)?;
+        self.stable_for_reader(&f);
+        Ok(f)
+    }
+
+    /// The up-to-date folio holding page `index`, read if needed, marked accessed; spaces that
+    /// map it writable may still write it (a fault's own lookup).
+    pub(crate) fn read_folio_unprotected(
+        &self,
+        ra: &Readahead,
+        index: u64,
+    ) -> Result<FolioRef<'_>> {
         let past_end = || {
             FilemapError::Store(StoreError::Io {
                 op: Op::Read,
@@ -650,6 +686,14 @@ impl Mapping {
     /// a dirty folio is then written back, a clean one is taken out of the index (its readers
     /// keep it), and the caller starts over — finding the folio clean, or not at all and then
     /// working on smaller folios read from the store.
+    pub(crate) fn modify_folio<'a>(
+        &'a self,
+        g: FolioGuard<'a>,
+        f: impl FnOnce(&mut [u8]),
+    ) -> Result<Option<FolioGuard<'a>>> {
+        self.modify(g, f)
+    }
+
     fn modify<'a>(
         &'a self,
         mut g: FolioGuard<'a>,
@@ -756,6 +800,9 @@ impl Mapping {
         let mut pos = offset;
         let result = {
             let _inv = self.invalidate_lock.read().unwrap();
+            if end > self.size() {
+                self.zero_eof_tail()?;
+            }
             self.write_pages(offset, data, &mut pos, end)
         };
         match result {
@@ -813,6 +860,9 @@ impl Mapping {
         let _inv = self.invalidate_lock.write().unwrap();
         let old = self.size();
         if len >= old {
+            if len > old {
+                self.zero_eof_tail()?;
+            }
             let _len = self.store_len.write().unwrap();
             // A cut of the store that failed earlier is made now, so that bytes past the old end
             // never come back as file data.
@@ -866,6 +916,35 @@ impl Mapping {
         // the raise happens under `store_len`, held exclusively here).
         self.store_size.fetch_min(len, Ordering::AcqRel);
         Ok(())
+    }
+
+    /// Zeroes what lies past the end of the file in the folio holding it, if a space may have
+    /// written there (see `eof_tail_written`); called before the file grows. The end is read
+    /// under the folio lock, so a writer that extended the file meanwhile keeps its bytes.
+    fn zero_eof_tail(&self) -> Result<()> {
+        if !self.eof_tail_written.swap(false, Ordering::AcqRel) {
+            return Ok(());
+        }
+        loop {
+            let Some(g) = self.lock_folio(self.size() >> FRAME_SHIFT) else {
+                return Ok(());
+            };
+            let size = self.size();
+            let start = g.index() << FRAME_SHIFT;
+            if size <= start || !g.is_uptodate() {
+                return Ok(());
+            }
+            if size >= start + g.size() as u64 {
+                // The end moved past this folio meanwhile: look again.
+                continue;
+            }
+            g.wait_writeback_with(self.policy());
+            let from = (size - start) as usize;
+            // `modify` unmaps the spaces first, then changes the folio or a copy of it.
+            if self.modify(g, |b| b[from..].fill(0))?.is_some() {
+                return Ok(());
+            }
+        }
     }
 
     /// Drops every clean, unused folio; returns the frames freed.
@@ -999,6 +1078,19 @@ impl Drop for Mapping {
     fn drop(&mut self) {
         self.close();
     }
+}
+
+/// Copies `buf.len()` bytes at byte `off` of the up-to-date folio `f` into `buf`, with a raw
+/// copy rather than through a borrow of the bytes: spaces that map the folio writable may be
+/// writing it (shared memory; see `mm/file.rs`), and the copy holds what was there at that
+/// moment.
+#[inline]
+fn copy_out(f: &FolioRef<'_>, off: usize, buf: &mut [u8]) {
+    assert!(off + buf.len() <= f.size() && f.is_uptodate());
+    // SAFETY: inside the folio's frames (checked), which stay allocated while `f` is held;
+    // `buf` is the caller's and cannot overlap a pool frame lent to nobody as `&mut`; up to date,
+    // so initialised. Writers that may race are spaces writing through raw pointers.
+    unsafe { std::ptr::copy_nonoverlapping(f.as_ptr().add(off), buf.as_mut_ptr(), buf.len()) }
 }
 
 /// Whether a read whose previous one (by this thread, through this handle) ended at byte

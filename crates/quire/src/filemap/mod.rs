@@ -720,6 +720,12 @@ impl CachedFile {
         self.mapping.read_folio(&self.ra, index)
     }
 
+    /// [`CachedFile::read_folio`] for a fault of a space, which does not borrow the bytes: a
+    /// folio spaces map writable stays so.
+    pub(crate) fn fault_folio(&self, index: u64) -> Result<FolioRef<'_>> {
+        self.mapping.read_folio_unprotected(&self.ra, index)
+    }
+
     /// The file this handle opens (for `mm`'s file mappings).
     pub(crate) fn mapping(&self) -> &Arc<Mapping> {
         &self.mapping

@@ -276,6 +276,17 @@ impl Folio {
         self.flags.load(Ordering::Acquire) & MAPCOUNT_BITS != 0
     }
 
+    /// A zero-copy reader that holds a reference asks whether a space maps the folio (and may
+    /// write it): if so, the page cache write-protects the spaces' ptes before the reader
+    /// borrows the bytes. The full fence pairs with the one a write fault makes between raising
+    /// the mapcount and reading the count (`mm/rmap.rs`, `writer_sees_readers`): one of the two
+    /// sees the other.
+    #[inline]
+    pub(crate) fn reader_sees_mapping(&self) -> bool {
+        fence(Ordering::SeqCst);
+        self.is_mapped()
+    }
+
     /// The folio's order: it spans 2^order frames. Meaningful while a reference is held.
     #[inline]
     pub fn order(&self) -> u32 {

@@ -184,10 +184,8 @@ impl FileVma for FileVmaInner {
         RmapResult::Done(n)
     }
 
-    fn test_and_clear_dirty(&self, f: &Folio) -> bool {
-        self.space
-            .upgrade()
-            .is_some_and(|space| space.mm.test_dirty(f))
+    fn test_and_clear_dirty(&self, f: &Folio) -> Option<bool> {
+        self.space.upgrade().map(|space| space.mm.test_dirty(f))
     }
 }
 

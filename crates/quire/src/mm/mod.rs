@@ -63,7 +63,7 @@
 
 mod file;
 pub mod pte;
-pub(crate) mod rmap;
+mod rmap;
 mod space;
 pub(crate) mod swap_state;
 pub(crate) mod swapfile;
@@ -234,6 +234,17 @@ pub enum MmError {
     /// A write through a page lent for reading.
     #[error("the page was lent for reading only")]
     NotWritable,
+    /// A file of another page cache: a space maps only files of the cache its memory is on.
+    #[error("the file belongs to another page cache")]
+    OtherCache,
+    /// An empty or reversed range of pages.
+    #[error("empty range of pages {start}..{end}")]
+    EmptyRange {
+        /// Its start.
+        start: u64,
+        /// Its end.
+        end: u64,
+    },
 }
 
 /// The mapcount's unit in the flag word.

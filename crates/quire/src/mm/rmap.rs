@@ -69,6 +69,20 @@ pub(crate) fn first_map_rmw(f: &Folio) -> bool {
     mapcount(old) == 0 && old & RMAP_TESTING == 0
 }
 
+/// A write fault about to make a pte of the file folio `f` writable (holding the folio lock,
+/// its mapcount unit already taken if the pte is new: `own_pte_counted`) asks whether anyone
+/// beyond the index, the ptes and itself holds the folio — a zero-copy reader, which must keep
+/// its bytes. The full fence orders the mapcount raise before the count read; a reader raises
+/// the count, fences, then reads the mapcount ([`reader_sees_mapping`]): one of the two sees the
+/// other.
+///
+/// [`reader_sees_mapping`]: Folio::reader_sees_mapping
+pub(crate) fn writer_sees_readers(f: &Folio, own_pte_counted: bool) -> bool {
+    crate::sync::loom::fence(crate::sync::loom::Ordering::SeqCst);
+    let expected = 1 + mapcount(f.flags()) + u64::from(!own_pte_counted);
+    u64::from(f.ref_count()) > expected
+}
+
 /// What `add_to_swap`'s flag-word step found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum SwapcacheFate {
@@ -127,6 +141,21 @@ pub mod model {
     /// Broken: clears on any first mapping, ignoring a test in progress.
     pub fn first_map_ignoring_test(f: &Folio) -> bool {
         mapcount(f.add_owner_bits(MAPCOUNT_ONE)) == 0
+    }
+    /// See `writer_sees_readers`.
+    pub fn writer_sees_readers(f: &Folio, own_pte_counted: bool) -> bool {
+        super::writer_sees_readers(f, own_pte_counted)
+    }
+    /// Broken: reads the count before the mapcount is raised (the fence does not help then).
+    pub fn writer_checking_before_counting(f: &Folio) -> bool {
+        // The index's reference, the other ptes' and the fault's own.
+        let readers = u64::from(f.ref_count()) > 2 + mapcount(f.flags());
+        map(f);
+        readers
+    }
+    /// See `reader_sees_mapping`.
+    pub fn reader_sees_mapping(f: &Folio) -> bool {
+        f.reader_sees_mapping()
     }
     /// See `swapcache_rmw`: 0 still mapped, 1 the unmap ended the folio, 2 reclaim must.
     pub fn add_to_swap(f: &Folio) -> u8 {

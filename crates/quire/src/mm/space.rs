@@ -23,7 +23,7 @@ use super::file::{SharedPage, Vma};
 use super::pte::{self, MLOCK, NOWRITE, PRESENT, SWAP, WRITE, YOUNG};
 use super::rmap::AnonVma;
 use super::{mapcount, AnonInner, MmError, MAX_MAPCOUNT};
-use crate::filemap::{CachedFile, FilemapError, PAGE_SIZE};
+use crate::filemap::{CachedFile, PAGE_SIZE};
 use crate::mem::dirtybit::DirtyBitKind;
 use crate::mem::folio::{Folio, FolioRef, FRAME_SIZE};
 use crate::stats::Event;
@@ -381,11 +381,9 @@ impl Space {
             if write {
                 mapping.balance_dirty().map_err(MmError::File)?;
             }
-            let r = match vma.file.read_folio(index) {
+            let r = match vma.file.fault_folio(index) {
                 Ok(r) => r,
-                Err(FilemapError::Store(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
-                    return Err(past_eof())
-                }
+                Err(_) if index >= mapping.size().div_ceil(PAGE_SIZE) => return Err(past_eof()),
                 Err(e) => return Err(MmError::File(e)),
             };
             let g = r.lock_with(mapping.policy());
@@ -396,27 +394,89 @@ impl Space {
             if index >= mapping.size().div_ceil(PAGE_SIZE) {
                 return Err(past_eof());
             }
+            let head = g.pfn();
+            // Whether this fault makes a new pte (its mapcount unit is taken before the pte).
+            let mut counted = false;
             if write {
                 // Stable pages: the bytes under write-back must not change (`page_mkwrite`).
                 g.wait_writeback_with(mapping.policy());
-                mapping.mark_dirty(&g);
-            }
-            let head = g.pfn();
-            let mut pt = self.pt();
-            let e = pt[i];
-            if e & PRESENT != 0 {
-                // Mapped by a racing fault of this space: only the write permission is ours
-                // to add (the folio is dirty and locked, so write-back cannot clean it behind
-                // us).
-                if write && pte::target(e) == head as u64 {
-                    pt[i] |= WRITE;
+                // Stable bytes for zero-copy readers: a pte becomes writable only while nobody
+                // else holds the folio. The mapcount goes up first and the count is read after
+                // a full fence; a zero-copy lookup takes its reference, fences and reads the
+                // mapcount (`Mapping::stable_for_reader`), so one of the two sees the other.
+                let present_here = {
+                    let pt = self.pt();
+                    pt[i] & PRESENT != 0 && pte::target(pt[i]) == head as u64
+                };
+                if !present_here {
+                    if mapcount(g.flags()) >= MAX_MAPCOUNT {
+                        return Err(MmError::TooManyMappings { page });
+                    }
+                    mm.add_file_rmap(&g);
+                    counted = true;
                 }
+                if super::rmap::writer_sees_readers(&g, counted) {
+                    if counted {
+                        // No pte was made: take the unit back (no write can have gone through).
+                        g.sub_owner_bits(super::MAPCOUNT_ONE);
+                    }
+                    // A reader holds the folio: the spaces get a copy in its place, the reader
+                    // keeps these bytes (`modify` unmaps every space first).
+                    match mapping.modify_folio(g, |_| {}) {
+                        Ok(_) => continue,
+                        Err(e) => return Err(MmError::File(e)),
+                    }
+                }
+                mapping.mark_dirty(&g);
+                let size = mapping.size();
+                if (index + 1) * PAGE_SIZE > size {
+                    // A write past the end in the page holding it: zeroed before the file grows.
+                    mapping
+                        .eof_tail_written
+                        .store(true, std::sync::atomic::Ordering::Release);
+                }
+            }
+            let mut pt = self.pt();
+            let mut e = pt[i];
+            if e & PRESENT != 0 {
+                if pte::target(e) == head as u64 {
+                    // Mapped by a racing fault of this space: only the write permission is
+                    // ours to add (the folio is dirty and locked, so write-back cannot clean it
+                    // behind us).
+                    if counted {
+                        g.sub_owner_bits(super::MAPCOUNT_ONE);
+                    }
+                    if write {
+                        pt[i] |= WRITE;
+                    }
+                    continue;
+                }
+                // A pte left on a folio the index no longer holds would be a bug of the
+                // reverse map; rather than loop on it, unmap it (its writes transfer) and map
+                // what the index holds.
+                debug_assert!(false, "page {page} mapped a folio its file no longer holds");
+                let old = pool
+                    .folio(pte::target(e) as usize)
+                    .expect("a pte maps a pool frame");
+                pt[i] = pte::none(e);
+                if e & MLOCK != 0 {
+                    mm.munlock_folio(old);
+                }
+                mm.remove_rmap(old, false);
+                // SAFETY: the pte's counted reference, now ours to put.
+                drop(unsafe { pool.ref_from_raw(NonNull::from(old)) });
+                e = pt[i];
+            }
+            if write && !counted {
+                // Our pte went since the reader check counted it: check again.
                 continue;
             }
-            if mapcount(g.flags()) >= MAX_MAPCOUNT {
-                return Err(MmError::TooManyMappings { page });
+            if !counted {
+                if mapcount(g.flags()) >= MAX_MAPCOUNT {
+                    return Err(MmError::TooManyMappings { page });
+                }
+                mm.add_file_rmap(&g);
             }
-            mm.add_file_rmap(&g);
             pt[i] = pte::present(e, head, write);
             if e & MLOCK != 0 {
                 mm.mlock_folio(&g);
@@ -447,13 +507,16 @@ impl Space {
         at: u64,
         writable: bool,
     ) -> Result<(), MmError> {
-        let pages = file_pages.end.saturating_sub(file_pages.start);
-        if pages == 0 {
-            return Err(MmError::OutOfRange {
-                page: at,
-                pages: self.inner.pages,
+        if !Arc::ptr_eq(&file.mapping().cache, &self.inner.mm.cache) {
+            return Err(MmError::OtherCache);
+        }
+        if file_pages.start >= file_pages.end {
+            return Err(MmError::EmptyRange {
+                start: file_pages.start,
+                end: file_pages.end,
             });
         }
+        let pages = file_pages.end - file_pages.start;
         let end = at.checked_add(pages).ok_or(MmError::OutOfRange {
             page: u64::MAX,
             pages: self.inner.pages,
@@ -785,6 +848,10 @@ impl Space {
         }
         kept.sort_by_key(|v| v.rmap.start);
         *vmas = kept;
+        // The file handles of the mappings that went may be their files' last: closing a file
+        // writes it back, which must not hold up this space's faults.
+        drop(vmas);
+        drop(gone);
         Ok(())
     }
 
