@@ -58,8 +58,8 @@
 //! (`immap.rs`) lists those mappings. A folio some space maps has a mapcount (owner bits of its
 //! flag word) and one reference per pte, so the page cache unmaps it before it changes it
 //! (`write_at`), drops it (truncation, close) or reclaim evicts it, and write-protects it
-//! before writing it back (`folio_mkclean`). A zero-copy reader of a folio mapped writable is
-//! not promised stable bytes (see `mm/file.rs`).
+//! before writing it back (`folio_mkclean`) or lending a zero-copy reader its bytes (the next
+//! write through a mapping then gets a copy; see `mm/file.rs`).
 //!
 //! A folio leaves its index in one place, [`Mapping::remove_folio`]: its slot gets the
 //! replacement (nothing, a shadow, or a copy), the index's reference is put, the counts are

@@ -83,10 +83,12 @@
 //!      then writes an up-to-date folio in place. If other references exist the freeze fails
 //!      and the writer must wait for them or write a copy (copy-on-write).
 //!
-//! So an up-to-date folio's bytes never change under a reader that holds a reference — with
-//! one exception, outside this module: a file folio that a space of [`crate::mm`] maps writable
-//! (`Space::map_file`) is shared memory, written by the spaces through raw pointers while
-//! readers may hold references; such a reader is not promised stable bytes (see `mm/file.rs`).
+//! So an up-to-date folio's bytes never change under a reader that holds a reference. A file
+//! folio that spaces of [`crate::mm`] map writable is written through raw pointers, outside
+//! these rules; the page cache keeps them by write-protecting the spaces' ptes before it lends
+//! a zero-copy reader the bytes, and a write fault that sees a reader's reference gives the
+//! spaces a copy (see `mm/file.rs`). Only a reference taken behind the page cache's back
+//! ([`FramePool::try_get`] on a frame found by number) can see such writes.
 //!
 //! # Finding the allocator
 //!

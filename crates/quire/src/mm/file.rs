@@ -41,10 +41,22 @@
 //! [`Space::with_page`](super::Space::with_page) refuses file pages ([`MmError::SharedPage`]),
 //! and [`Space::with_shared_page`](super::Space::with_shared_page) lends a [`SharedPage`], which
 //! copies in and out with raw pointer copies and offers atomic 8-byte loads and stores, as
-//! `vm-memory` treats guest memory. The page cache's readers are in the same position: a
-//! zero-copy reader (`FolioRef::bytes`) of a folio that some space maps writable is not promised
-//! stable bytes — the kernel's page cache cannot promise them either — and must treat them as
-//! such; `CachedFile::read_at` copies what is there at the moment of the copy.
+//! `vm-memory` treats guest memory. `CachedFile::read_at` copies a folio's bytes with a raw copy
+//! too (what is there at the moment).
+//!
+//! # Zero-copy readers keep stable bytes
+//!
+//! The kernel cannot promise a reader of a page that a process maps writable stable bytes;
+//! quire keeps its promise (`FolioRef::bytes` does not change while borrowed) with two steps
+//! that see each other. `CachedFile::read_folio` takes its reference, makes a full fence and
+//! reads the mapcount: if spaces map the folio it write-protects their ptes under the folio lock
+//! (`folio_mkclean`), so no write through a mapping is in flight or can start without a fault.
+//! A write fault raises the mapcount, makes a full fence and reads the count: references beyond
+//! the index's, the ptes' and its own mean a reader (or a moment's holder such as reclaim), and
+//! then the spaces get a copy in the folio's place (`Mapping::modify`, as a `write_at` would)
+//! and the reader keeps the old folio. The fences are the pair of a store-buffering litmus
+//! test: one side always sees the other (`tests/loom_mm.rs`, which fails without them). A
+//! lookup that holds no lock (`FileReader::read_folio`) hands a mapped folio to the full path.
 
 use std::marker::PhantomData;
 use std::ops::Range;
