@@ -179,6 +179,7 @@ impl FileVma for FileVmaInner {
                 }
                 RmapOp::Unmap { reclaim } => {
                     if reclaim && e & MLOCK != 0 {
+                        mm.sync_unevictable(f);
                         return RmapResult::Mlocked;
                     }
                     pt[i] = pte::none(e);

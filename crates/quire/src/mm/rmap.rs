@@ -285,7 +285,10 @@ impl AnonInner {
         }
     }
 
-    fn sync_unevictable(&self, f: &Folio) {
+    /// Puts `f` on the unevictable list or off it as its mlock count says *now*, read under the
+    /// LRU lock (also for a folio reclaim holds isolated: its flag then decides where
+    /// reclaim puts it back, and a racing munlock's own sync corrects it).
+    pub(crate) fn sync_unevictable(&self, f: &Folio) {
         self.cache
             .vm()
             .sync_unevictable(self.cache.pool(), f, &|| mlock_count(f.flags()) > 0);

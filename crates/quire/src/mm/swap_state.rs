@@ -379,7 +379,10 @@ impl AnonOwner for AnonInner {
         if mapcount(g.flags()) > 0 {
             match self.try_to_unmap(g.folio(), slot) {
                 Ok(()) => {}
-                Err(UnmapFailed::Mlocked) => return AnonFate::Unevictable,
+                Err(UnmapFailed::Mlocked) => {
+                    self.sync_unevictable(g);
+                    return AnonFate::Unevictable;
+                }
                 Err(UnmapFailed::Busy) => return AnonFate::Keep,
             }
         }

@@ -192,7 +192,8 @@ pub(crate) enum MappedFate {
     Activate,
     /// A page-table lock was busy: keep it for now.
     Keep,
-    /// A space maps it locked: to the unevictable list.
+    /// A space maps it locked: to the unevictable list (the owner has set its flag under the
+    /// LRU lock, from its mlock count).
     Unevictable,
 }
 
@@ -217,7 +218,8 @@ pub(crate) enum AnonFate {
     Keep,
     /// Used since reclaim last looked: to the active list.
     Activate,
-    /// A space maps it locked (mlock): to the unevictable list.
+    /// A space maps it locked (mlock): to the unevictable list (the owner has set its flag
+    /// under the LRU lock, from its mlock count).
     Unevictable,
 }
 

@@ -232,9 +232,10 @@ impl Vmscan {
                 f.set_active();
                 self.counters.add(Event::PgActivate, f.nr_frames() as u64);
             }
-            AnonFate::Unevictable => {
-                f.set_unevictable();
-            }
+            // The owner has set the flag under the LRU lock, from the mlock count as it was
+            // then (`Owners::shrink_anon`, `Owners::unmap_file`): a racing munlock's own update
+            // comes after and wins.
+            AnonFate::Unevictable => {}
             AnonFate::Keep | AnonFate::Freed => {}
         }
     }
