@@ -61,7 +61,7 @@ pub struct FsConfig {
     /// copies (measured: 2 MiB gives 560 MiB/s of cold sequential reads on the development
     /// machine, 8 MiB 690, 16 MiB no more).
     pub readahead: usize,
-    /// Check the backing file system's free space at write time (see [`Space`]), so that a
+    /// Check the backing file system's free space at write time (see `Space`), so that a
     /// full disk is reported by `write` rather than only by `fsync`/`close`.
     pub check_space: bool,
     /// The largest file length the mount accepts (the backing file system's limit, see

@@ -61,7 +61,7 @@
 //! before writing it back (`folio_mkclean`) or lending a zero-copy reader its bytes (the next
 //! write through a mapping then gets a copy; see `mm/file.rs`).
 //!
-//! A folio leaves its index in one place, [`Mapping::remove_folio`]: its slot gets the
+//! A folio leaves its index in one place, `Mapping::remove_folio`: its slot gets the
 //! replacement (nothing, a shadow, or a copy), the index's reference is put, the counts are
 //! fixed, its `mapping` is set to 0 and it is taken off its LRU list, in that order (see
 //! `vmscan/swap.rs` for why).

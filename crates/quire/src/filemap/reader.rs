@@ -21,7 +21,14 @@ use crate::sync::rcu;
 pub const REPIN_EVERY: u32 = 64;
 
 /// A reader of one [`CachedFile`] that keeps its read-side critical section across hits; see
-/// the [module documentation](self). Made by [`CachedFile::reader`].
+/// the notes below. Made by [`CachedFile::reader`].
+///
+/// It keeps one guard across its reads and leaves it every [`REPIN_EVERY`] hits, so that grace
+/// periods still come; a read that is not a plain hit (a miss, a readahead marker, a folio not
+/// yet up to date, a read across folios or past the end, a folio some space maps) leaves the
+/// critical section for as long as the handle's own path takes. Results, counters, access
+/// marking and readahead are those of the handle's own methods. One thread at a time
+/// (`&mut self`): threads that share a handle make one reader each.
 pub struct FileReader<'a> {
     file: &'a CachedFile,
     guard: rcu::Guard,

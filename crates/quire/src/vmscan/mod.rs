@@ -1,12 +1,12 @@
 //! Reclaim that knows the working set, after the kernel's `mm/vmscan.c`, `mm/swap.c` and
 //! `mm/workingset.c`: LRU lists, folio batches, background reclaim, refault detection from
-//! shadow entries and the shadow-node shrinker. One [`Vmscan`] per page cache.
+//! shadow entries and the shadow-node shrinker. One `Vmscan` per page cache.
 //!
 //! # Where it sits
 //!
 //! Between `mem` (the pool it frees frames into) and the owners of folios (the page cache's
 //! files today; anonymous memory later). It never names an owner: it reaches them through the
-//! [`Owners`] trait — evict this locked folio leaving this shadow, write this one back, wake
+//! `Owners` trait — evict this locked folio leaving this shadow, write this one back, wake
 //! the flusher, delete this shadow node — as the kernel's reclaim reaches a file system through
 //! its `address_space_operations`. Owners call in to add folios to the lists, mark accesses,
 //! allocate (which may reclaim) and report refaults.

@@ -27,7 +27,12 @@ use std::sync::Mutex;
 
 use super::{Node, XArray, XaPointer};
 
-/// The list of value-only nodes of one or more arrays; see the [module documentation](self).
+/// The list of value-only nodes of one or more arrays (the kernel's `shadow_nodes`), oldest
+/// first. An array made with [`XArray::with_node_list`] lists a node when only values remain
+/// in it and unlists it when a pointer or child arrives, when it empties and before it is
+/// freed; each array tags its nodes with a token of its owner's choosing, and a shrinker deletes
+/// a listed node through its array ([`XArray::delete_listed`]), which re-checks it under the
+/// array's lock. The list's own lock is taken after an array's, never before.
 #[derive(Debug, Default)]
 pub struct NodeList {
     inner: Mutex<Ends>,
