@@ -202,6 +202,13 @@ fn a_zero_copy_reader_and_a_write_fault_see_each_other() {
 }
 
 #[test]
+fn the_model_catches_a_write_fault_reading_the_count_with_a_plain_load() {
+    assert!(fails(|| reader_racing_a_write_fault(
+        model::writer_with_a_plain_load
+    )));
+}
+
+#[test]
 fn the_model_catches_a_write_fault_that_checks_before_counting() {
     assert!(fails(|| reader_racing_a_write_fault(
         model::writer_checking_before_counting

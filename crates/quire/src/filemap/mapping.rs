@@ -605,8 +605,8 @@ impl Mapping {
     /// A zero-copy reader holds `f` and is about to borrow its bytes: if spaces map it,
     /// write-protect their ptes (`folio_mkclean`), so that no write through a mapping is in
     /// flight or can start without a write fault — and a write fault that sees this reference
-    /// gives the spaces a copy instead (see `mm/file.rs`). The full fence pairs with the one a
-    /// write fault makes between raising the mapcount and reading the count.
+    /// gives the spaces a copy instead (see `mm/file.rs`, and `Folio::reader_sees_mapping` for
+    /// why the two sides see each other).
     fn stable_for_reader(&self, f: &FolioRef<'_>) {
         if !f.reader_sees_mapping() {
             return;
@@ -686,15 +686,7 @@ impl Mapping {
     /// a dirty folio is then written back, a clean one is taken out of the index (its readers
     /// keep it), and the caller starts over — finding the folio clean, or not at all and then
     /// working on smaller folios read from the store.
-    pub(crate) fn modify_folio<'a>(
-        &'a self,
-        g: FolioGuard<'a>,
-        f: impl FnOnce(&mut [u8]),
-    ) -> Result<Option<FolioGuard<'a>>> {
-        self.modify(g, f)
-    }
-
-    fn modify<'a>(
+    pub(crate) fn modify<'a>(
         &'a self,
         mut g: FolioGuard<'a>,
         f: impl FnOnce(&mut [u8]),
@@ -1086,7 +1078,9 @@ impl Drop for Mapping {
 /// moment.
 #[inline]
 fn copy_out(f: &FolioRef<'_>, off: usize, buf: &mut [u8]) {
-    assert!(off + buf.len() <= f.size() && f.is_uptodate());
+    assert!(off + buf.len() <= f.size());
+    // The callers found it up to date (the hit path's flags test, `get_uptodate`).
+    debug_assert!(f.is_uptodate());
     // SAFETY: inside the folio's frames (checked), which stay allocated while `f` is held;
     // `buf` is the caller's and cannot overlap a pool frame lent to nobody as `&mut`; up to date,
     // so initialised. Writers that may race are spaces writing through raw pointers.

@@ -737,11 +737,6 @@ impl CachedFile {
         self.mapping.i_mmap.len()
     }
 
-    /// Whether `other` is a handle on the same file.
-    pub fn same_file(&self, other: &CachedFile) -> bool {
-        Arc::ptr_eq(&self.mapping, &other.mapping)
-    }
-
     /// Writes all of `data` at `offset`, extending the file if it ends past the end; returns
     /// `data.len()`. Pages the write covers only in part are read first if not cached. The data
     /// is dirty in the cache until written back; the writer may wait if dirty memory is above

@@ -278,15 +278,24 @@ impl Folio {
         self.flags.load(Ordering::Acquire) & MAPCOUNT_BITS != 0
     }
 
-    /// A zero-copy reader that holds a reference asks whether a space maps the folio (and may
-    /// write it): if so, the page cache write-protects the spaces' ptes before the reader
-    /// borrows the bytes. The full fence pairs with the one a write fault makes between raising
-    /// the mapcount and reading the count (`mm/rmap.rs`, `writer_sees_readers`): one of the two
-    /// sees the other.
+    /// A zero-copy reader that has just taken its reference (an acquire read-modify-write of
+    /// the count) asks whether a space maps the folio (and may write it): if so, the page cache
+    /// write-protects the spaces' ptes before the reader borrows the bytes. A write fault raises
+    /// the mapcount and then reads the count with a read-modify-write of its own
+    /// ([`Folio::ref_count_rmw`]); the two read-modify-writes of the count are ordered, and
+    /// whichever comes second sees the other side (the writer the reader's reference, or the
+    /// reader — synchronised by the writer's release — the raised mapcount). No fence on the
+    /// reader's side: this is a plain acquire load on the line the reference just wrote.
     #[inline]
     pub(crate) fn reader_sees_mapping(&self) -> bool {
-        fence(Ordering::SeqCst);
         self.is_mapped()
+    }
+
+    /// The reference count, read with a read-modify-write (acquire and release) rather than a
+    /// load: the writer's side of [`Folio::reader_sees_mapping`].
+    #[inline]
+    pub(crate) fn ref_count_rmw(&self) -> u32 {
+        self.refcount.fetch_add(0, Ordering::AcqRel)
     }
 
     /// The folio's order: it spans 2^order frames. Meaningful while a reference is held.

@@ -48,15 +48,16 @@
 //!
 //! The kernel cannot promise a reader of a page that a process maps writable stable bytes;
 //! quire keeps its promise (`FolioRef::bytes` does not change while borrowed) with two steps
-//! that see each other. `CachedFile::read_folio` takes its reference, makes a full fence and
-//! reads the mapcount: if spaces map the folio it write-protects their ptes under the folio lock
-//! (`folio_mkclean`), so no write through a mapping is in flight or can start without a fault.
-//! A write fault raises the mapcount, makes a full fence and reads the count: references beyond
-//! the index's, the ptes' and its own mean a reader (or a moment's holder such as reclaim), and
-//! then the spaces get a copy in the folio's place (`Mapping::modify`, as a `write_at` would)
-//! and the reader keeps the old folio. The fences are the pair of a store-buffering litmus
-//! test: one side always sees the other (`tests/loom_mm.rs`, which fails without them). A
-//! lookup that holds no lock (`FileReader::read_folio`) hands a mapped folio to the full path.
+//! that see each other. `CachedFile::read_folio` takes its reference (an acquire
+//! read-modify-write of the count) and reads the mapcount: if spaces map the folio it
+//! write-protects their ptes under the folio lock (`folio_mkclean`), so no write through a
+//! mapping is in flight or can start without a fault. A write fault raises the mapcount and then
+//! reads the count with a read-modify-write of its own: references beyond the index's, the ptes'
+//! and its own mean a reader (or a moment's holder such as reclaim), and then the spaces get a
+//! copy in the folio's place (`Mapping::modify`, as a `write_at` would) and the reader keeps the
+//! old folio. The two read-modify-writes of the count are ordered; whichever is second sees the
+//! other side (`tests/loom_mm.rs`, which fails if the fault reads the count with a plain load).
+//! A lookup that holds no lock (`FileReader::read_folio`) hands a mapped folio to the full path.
 
 use std::marker::PhantomData;
 use std::ops::Range;
@@ -139,7 +140,6 @@ impl FileVma for FileVmaInner {
             return RmapResult::Done(0);
         };
         let mm = &*space.mm;
-        let pool = mm.cache.pool();
         let head = mm.pfn(f) as u64;
         let first = f.index().max(self.file_page);
         let end = (f.index() + f.nr_frames() as u64).min(self.file_page + self.pages);
@@ -183,13 +183,8 @@ impl FileVma for FileVmaInner {
                         return RmapResult::Mlocked;
                     }
                     pt[i] = pte::none(e);
-                    if e & MLOCK != 0 {
-                        mm.munlock_folio(f);
-                    }
-                    mm.remove_rmap(f, reclaim);
-                    // SAFETY: the pte held one counted reference on `f`, now ours to put; the
-                    // caller's lock holds another, so this is never the last.
-                    drop(unsafe { pool.ref_from_raw(std::ptr::NonNull::from(f)) });
+                    // The caller's lock holds a reference: the pte's is never the last.
+                    mm.pte_gone(f, e, reclaim);
                     n += 1;
                 }
             }

@@ -72,15 +72,13 @@ pub(crate) fn first_map_rmw(f: &Folio) -> bool {
 /// A write fault about to make a pte of the file folio `f` writable (holding the folio lock,
 /// its mapcount unit already taken if the pte is new: `own_pte_counted`) asks whether anyone
 /// beyond the index, the ptes and itself holds the folio — a zero-copy reader, which must keep
-/// its bytes. The full fence orders the mapcount raise before the count read; a reader raises
-/// the count, fences, then reads the mapcount ([`reader_sees_mapping`]): one of the two sees the
-/// other.
-///
-/// [`reader_sees_mapping`]: Folio::reader_sees_mapping
+/// its bytes. The mapcount was raised (by this fault, or by the one that made the pte) before
+/// the count is read with a read-modify-write; a reader takes its reference with one and then
+/// reads the mapcount ([`Folio::reader_sees_mapping`]): one of the two sees the other.
 pub(crate) fn writer_sees_readers(f: &Folio, own_pte_counted: bool) -> bool {
-    crate::sync::loom::fence(crate::sync::loom::Ordering::SeqCst);
+    let count = f.ref_count_rmw();
     let expected = 1 + mapcount(f.flags()) + u64::from(!own_pte_counted);
-    u64::from(f.ref_count()) > expected
+    u64::from(count) > expected
 }
 
 /// What `add_to_swap`'s flag-word step found.
@@ -152,6 +150,12 @@ pub mod model {
         let readers = u64::from(f.ref_count()) > 2 + mapcount(f.flags());
         map(f);
         readers
+    }
+    /// Broken: reads the count with a plain load, which may miss a reader's reference while
+    /// the reader misses the raised mapcount.
+    pub fn writer_with_a_plain_load(f: &Folio) -> bool {
+        map(f);
+        u64::from(f.ref_count()) > 1 + mapcount(f.flags())
     }
     /// See `reader_sees_mapping`.
     pub fn reader_sees_mapping(f: &Folio) -> bool {
@@ -242,6 +246,18 @@ impl AnonInner {
         if anon && !in_swap_cache {
             self.anon_death(f);
         }
+    }
+
+    /// The present pte `e`, which mapped `f`, is gone (the caller cleared it under its space's
+    /// page-table lock): its mlock unit, its mapping (the rule of seed 003, see
+    /// [`AnonInner::remove_rmap`]) and its counted reference go with it (`zap_present_pte`).
+    pub(crate) fn pte_gone(&self, f: &Folio, e: u64, reclaim: bool) {
+        if e & MLOCK != 0 {
+            self.munlock_folio(f);
+        }
+        self.remove_rmap(f, reclaim);
+        // SAFETY: the pte held one counted reference on `f`, now ours to put.
+        drop(unsafe { self.cache.pool().ref_from_raw(std::ptr::NonNull::from(f)) });
     }
 
     /// Tests and clears the frame's hardware dirty bit; whether it was set (counted as

@@ -15,7 +15,6 @@
 //! again and starts over from the entry, which may have changed meanwhile.
 
 use std::ops::Range;
-use std::ptr::NonNull;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
@@ -280,24 +279,37 @@ impl Space {
         f: impl FnOnce(&mut [u64], *mut u8) -> R,
     ) -> Result<R, MmError> {
         self.check(&(page..page + 1))?;
-        // The mappings stay as they are for the whole fault (`mmap_lock` read).
-        let vmas = self.inner.vmas();
-        if let Some(vma) = vma_of(&vmas, page) {
-            if !shared_ok {
-                return Err(MmError::SharedPage { page });
-            }
-            return self.file_fault(vma, page, access, f);
-        }
         let mm = &*self.inner.mm;
         let pool = mm.cache.pool();
         let i = page as usize;
+        let write = access == Access::Write;
         let mut spare: Option<FolioRef<'_>> = None;
+        // The mappings (`mmap_lock`, read), held from the first pass that is more than a hit on
+        // an anonymous pte to the end of the fault. A hit needs no lock but the page table's:
+        // `map_file` and `munmap` zap a range's ptes under it before the range changes hands.
+        let mut vmas = None;
         loop {
             let mut pt = self.pt();
             let e = pt[i];
-            let write = access == Access::Write;
             if write && e & NOWRITE != 0 {
                 return Err(MmError::ReadOnly { page });
+            }
+            let anon_hit = e & PRESENT != 0
+                && (!write || e & WRITE != 0)
+                && pool
+                    .folio(pte::target(e) as usize)
+                    .is_some_and(Folio::is_anon);
+            if vmas.is_none() && !anon_hit {
+                drop(pt);
+                let held = self.inner.vmas();
+                if let Some(vma) = vma_of(&held, page) {
+                    if !shared_ok {
+                        return Err(MmError::SharedPage { page });
+                    }
+                    return self.file_fault(vma, page, access, f);
+                }
+                vmas = Some(held);
+                continue;
             }
             if e & PRESENT != 0 {
                 if !write || e & WRITE != 0 {
@@ -401,9 +413,9 @@ impl Space {
                 // Stable pages: the bytes under write-back must not change (`page_mkwrite`).
                 g.wait_writeback_with(mapping.policy());
                 // Stable bytes for zero-copy readers: a pte becomes writable only while nobody
-                // else holds the folio. The mapcount goes up first and the count is read after
-                // a full fence; a zero-copy lookup takes its reference, fences and reads the
-                // mapcount (`Mapping::stable_for_reader`), so one of the two sees the other.
+                // else holds the folio. The mapcount goes up first and the count is read with a
+                // read-modify-write; a zero-copy lookup takes its reference with one and reads
+                // the mapcount (`Mapping::stable_for_reader`), so one of the two sees the other.
                 let present_here = {
                     let pt = self.pt();
                     pt[i] & PRESENT != 0 && pte::target(pt[i]) == head as u64
@@ -422,7 +434,7 @@ impl Space {
                     }
                     // A reader holds the folio: the spaces get a copy in its place, the reader
                     // keeps these bytes (`modify` unmaps every space first).
-                    match mapping.modify_folio(g, |_| {}) {
+                    match mapping.modify(g, |_| {}) {
                         Ok(_) => continue,
                         Err(e) => return Err(MmError::File(e)),
                     }
@@ -459,12 +471,7 @@ impl Space {
                     .folio(pte::target(e) as usize)
                     .expect("a pte maps a pool frame");
                 pt[i] = pte::none(e);
-                if e & MLOCK != 0 {
-                    mm.munlock_folio(old);
-                }
-                mm.remove_rmap(old, false);
-                // SAFETY: the pte's counted reference, now ours to put.
-                drop(unsafe { pool.ref_from_raw(NonNull::from(old)) });
+                mm.pte_gone(old, e, false);
                 e = pt[i];
             }
             if write && !counted {
@@ -641,12 +648,7 @@ impl Space {
         mm.counters().count(Event::CowCopies);
         pt[i] = pte::none(e);
         self.map_new(pt, i, new);
-        if e & MLOCK != 0 {
-            mm.munlock_folio(old);
-        }
-        mm.remove_rmap(old, false);
-        // SAFETY: the old pte's counted reference, now ours to put.
-        drop(unsafe { pool.ref_from_raw(NonNull::from(old)) });
+        mm.pte_gone(old, e, false);
         Wp::Done
     }
 
@@ -894,12 +896,7 @@ fn zap_table(mm: &AnonInner, table: &mut [u64]) {
             let f = pool
                 .folio(pte::target(old) as usize)
                 .expect("a pte maps a pool frame");
-            if old & MLOCK != 0 {
-                mm.munlock_folio(f);
-            }
-            mm.remove_rmap(f, false);
-            // SAFETY: the pte's counted reference, now ours to put.
-            drop(unsafe { pool.ref_from_raw(NonNull::from(f)) });
+            mm.pte_gone(f, old, false);
         } else if old & SWAP != 0 {
             mm.swap_entry_gone(pte::target(old));
         }
