@@ -5,7 +5,8 @@
 //!
 //! `cargo run --release -p quire --example hot_hits -- MODE [MiB] [seconds]`: `ref` takes a
 //! zero-copy reference with `read_folio` and reads 64 bytes of the page, `read` copies the page
-//! with `read_at`, `reader-ref` and `reader-read` do the same through a `FileReader`; `bare` reads 64 bytes of a random page of a plain buffer of the same size
+//! with `read_at`, `reader-ref` and `reader-read` do the same through a `FileReader`, `read64` and
+//! `reader-read64` copy 64 bytes of the page with `read_at` (no reference taken on a hit); `bare` reads 64 bytes of a random page of a plain buffer of the same size
 //! (what a mapped file's hit costs, less its TLB), and `bare-atomics` does the same with an
 //! atomic increment before and a decrement after each read, on one of 128 counters (a reference
 //! get and put on a large folio, without the lookup). The data is `MiB` large (256 by default:
@@ -31,7 +32,14 @@ fn main() {
         bare(&mode, size, secs);
         return;
     }
-    let modes = ["ref", "read", "reader-ref", "reader-read"];
+    let modes = [
+        "ref",
+        "read",
+        "reader-ref",
+        "reader-read",
+        "read64",
+        "reader-read64",
+    ];
     assert!(
         modes.contains(&mode.as_str()),
         "mode is one of {modes:?}, bare or bare-atomics"
@@ -48,7 +56,12 @@ fn main() {
     }
     let pages = (size / PAGE) as u64;
     let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
-    let mut buf = [0u8; PAGE];
+    let mut page = [0u8; PAGE];
+    let buf = if mode.ends_with("64") {
+        &mut page[..64]
+    } else {
+        &mut page[..]
+    };
     let mut reader = f.reader();
     let t0 = Instant::now();
     let mut n = 0u64;
@@ -70,11 +83,11 @@ fn main() {
                 let mut head = [0u8; 64];
                 head.copy_from_slice(&bytes[at..at + 64]);
                 black_box(&head);
-            } else if mode == "read" {
-                f.read_at(idx * PAGE as u64, &mut buf).expect("hit");
+            } else if mode.starts_with("read") {
+                f.read_at(idx * PAGE as u64, buf).expect("hit");
                 black_box(&buf);
             } else {
-                reader.read_at(idx * PAGE as u64, &mut buf).expect("hit");
+                reader.read_at(idx * PAGE as u64, buf).expect("hit");
                 black_box(&buf);
             }
         }

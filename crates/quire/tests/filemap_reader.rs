@@ -214,3 +214,102 @@ fn readers_on_two_threads_see_whole_pages_while_a_writer_rewrites_and_cuts() {
     drop(f);
     check_no_leak(&cache, "readers and a writer");
 }
+
+/// Reference-free hits — `read_at` of a page inside a cached folio, from the handle and through
+/// a reader, which copy without taking a reference and keep the copy only if the folio's byte
+/// sequence did not move — while a writer rewrites whole pages in place (a freeze: the readers
+/// hold no reference to stop it) and reads of a second file evict the first file's folios and
+/// reuse their frames: every copy returned is whole, of one generation, and the page's own.
+/// Bounded in time; with the sequence's check disabled it fails within a fraction of a second.
+#[test]
+fn reference_free_hits_never_keep_a_torn_or_foreign_copy() {
+    const PAGES: usize = 64;
+    const OTHER_PAGES: usize = 192;
+    const OTHER: u64 = 1 << 40;
+    let page_of = |tag: u64, gen: u8| -> Vec<u8> {
+        let mut p = vec![gen; PAGE];
+        p[..8].copy_from_slice(&tag.to_le_bytes());
+        p
+    };
+    let file_of = |pages: usize, tag0: u64| -> Vec<u8> {
+        (0..pages)
+            .flat_map(|i| page_of(tag0 + i as u64, 0))
+            .collect()
+    };
+    let mut cfg = quiet_config(PAGES * PAGE * 2);
+    cfg.max_folio_order = 2;
+    let cache = PageCache::new(cfg).unwrap();
+    let f = cache
+        .open(Arc::new(MemStore::from_vec(file_of(PAGES, 0))))
+        .unwrap();
+    let other = cache
+        .open(Arc::new(MemStore::from_vec(file_of(OTHER_PAGES, OTHER))))
+        .unwrap();
+    let stop = AtomicBool::new(false);
+    let check = |i: usize, buf: &[u8]| {
+        let tag = u64::from_le_bytes(buf[..8].try_into().unwrap());
+        assert_eq!(tag, i as u64, "page {i} holds another page's bytes");
+        assert!(
+            buf[8..].iter().all(|&b| b == buf[8]),
+            "page {i}: bytes of two generations"
+        );
+    };
+    std::thread::scope(|s| {
+        let readers: Vec<_> = (0..2u64)
+            .map(|t| {
+                let (f, stop, check) = (&f, &stop, &check);
+                s.spawn(move || {
+                    let mut rng = Rng(0x5eed + t);
+                    let mut reader = f.reader();
+                    let mut buf = vec![0u8; PAGE];
+                    let mut reads = 0u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        let i = rng.below(PAGES);
+                        let n = if t == 0 {
+                            reader.read_at((i * PAGE) as u64, &mut buf).unwrap()
+                        } else {
+                            f.read_at((i * PAGE) as u64, &mut buf).unwrap()
+                        };
+                        assert_eq!(n, PAGE);
+                        check(i, &buf);
+                        reads += 1;
+                    }
+                    reads
+                })
+            })
+            .collect();
+        let evictor = {
+            let (other, stop) = (&other, &stop);
+            s.spawn(move || {
+                let mut buf = vec![0u8; PAGE];
+                let mut i = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    assert_eq!(other.read_at((i * PAGE) as u64, &mut buf).unwrap(), PAGE);
+                    let tag = u64::from_le_bytes(buf[..8].try_into().unwrap());
+                    assert_eq!(tag, OTHER + i as u64);
+                    i = (i + 1) % OTHER_PAGES;
+                }
+            })
+        };
+        let mut rng = Rng(0x77);
+        let start = std::time::Instant::now();
+        let mut gen = 0u8;
+        while start.elapsed() < std::time::Duration::from_millis(1500) {
+            gen = gen % 250 + 1;
+            let i = rng.below(PAGES);
+            f.write_at((i * PAGE) as u64, &page_of(i as u64, gen))
+                .unwrap();
+        }
+        stop.store(true, Ordering::Relaxed);
+        for r in readers {
+            assert!(r.join().unwrap() > 0);
+        }
+        evictor.join().unwrap();
+    });
+    assert!(
+        cache.stats().vmstat.get(quire::stats::Event::PgSteal) > 0,
+        "nothing was evicted"
+    );
+    drop((f, other));
+    check_no_leak(&cache, "reference-free hits");
+}

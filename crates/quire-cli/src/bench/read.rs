@@ -20,6 +20,9 @@
 //!     zero-copy reference, which is then dropped.
 //!   - `quire-reader-read`, `quire-reader-ref`: the same through a [`quire::filemap::FileReader`]
 //!     per thread (one read-side critical section kept across 64 hits).
+//!   - `quire-read-64`, `quire-reader-read-64`: a 64-byte [`CachedFile::read_at`] at the start of
+//!     the page, from the handle and through a reader: the copying hit that takes no reference,
+//!     doing what `kernel-mmap-ref` does (64 bytes of a random page into a buffer).
 //!   - `kernel-pread`: `pread` of 4 KiB from a plain buffered [`File`], the file read whole
 //!     once first so the kernel caches it.
 //!   - `kernel-mmap`: a 4 KiB copy out of a shared read-only mapping of the file, pre-faulted by
@@ -77,11 +80,13 @@ pub(super) const CHUNK: usize = 1 << 20;
 /// Threads of the hot case.
 const HOT_THREADS: [usize; 2] = [1, 2];
 /// Variants of the hot case, in the order they run.
-const HOT_VARIANTS: [&str; 7] = [
+const HOT_VARIANTS: [&str; 9] = [
     "quire-read",
     "quire-ref",
     "quire-reader-read",
     "quire-reader-ref",
+    "quire-read-64",
+    "quire-reader-read-64",
     "kernel-pread",
     "kernel-mmap",
     "kernel-mmap-ref",
@@ -528,6 +533,14 @@ fn hot_random(b: &mut Bench, path: &Path, size: u64, content: &Content) -> anyho
             &reader.read_folio(off / PAGE as u64)?,
             "quire-reader-ref",
         )?;
+        let mut head = [0u8; 64];
+        file.read_exact_at(off, &mut head)?;
+        ensure!(head[..] == page[..64], "quire-read-64: wrong data at {off}");
+        reader.read_exact_at(off, &mut head)?;
+        ensure!(
+            head[..] == page[..64],
+            "quire-reader-read-64: wrong data at {off}"
+        );
         kfile.read_exact_at(&mut page, off)?;
         ensure!(
             content.check_page(off, &page),
@@ -578,6 +591,17 @@ fn hot_random(b: &mut Bench, path: &Path, size: u64, content: &Content) -> anyho
                             let mut head = [0u8; 64];
                             head.copy_from_slice(&bytes[at..at + 64]);
                             black_box(&head);
+                            Ok(())
+                        })
+                    }
+                    "quire-read-64" => hot_loop(stop, &mut rng, pages, |idx, buf| {
+                        file.read_at(idx * PAGE as u64, &mut buf[..64])?;
+                        Ok(())
+                    }),
+                    "quire-reader-read-64" => {
+                        let mut reader = file.reader();
+                        hot_loop(stop, &mut rng, pages, |idx, buf| {
+                            reader.read_at(idx * PAGE as u64, &mut buf[..64])?;
                             Ok(())
                         })
                     }

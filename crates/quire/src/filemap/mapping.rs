@@ -11,8 +11,8 @@ use super::readahead::{folio_orders, RaWindow, Readahead};
 use super::{check_range, errno_of, Cache, FilemapError, FolioPtr, Result, DIRTY_MARK, PAGE_SIZE};
 use crate::filemap::errseq::ErrSeq;
 use crate::mem::folio::{
-    Folio, FolioGuard, FolioRef, FrozenFolio, ACTIVE, DIRTY, FRAME_SHIFT, READAHEAD, REFERENCED,
-    UPTODATE, WORKINGSET, WRITEBACK,
+    Folio, FolioGuard, FolioRef, FrozenFolio, ACTIVE, DIRTY, FRAME_SHIFT, ORDER_MASK, ORDER_SHIFT,
+    READAHEAD, REFERENCED, UPTODATE, WORKINGSET, WRITEBACK,
 };
 use crate::mem::pool::FramePool;
 use crate::stats::{count, Event};
@@ -577,6 +577,14 @@ impl Mapping {
     /// [`Mapping::read_at`] when the whole of `buf` lies in one cached folio inside the file,
     /// under the caller's guard; `None` (nothing read, nothing noted) if the full path must
     /// answer.
+    ///
+    /// Takes no reference (the get and put on a shared folio's count are most of a hit's cost
+    /// when threads read the same large folios): the folio is found under the guard, its byte
+    /// sequence read, the slot re-read (so the sequence is that of this file's folio), the bytes
+    /// copied, and the copy kept only if the sequence did not move — no freeze (an in-place
+    /// write, an eviction), no free and no writable mapping came meanwhile. Descriptors and
+    /// frames outlive the cache, so the copy reads mapped memory whatever happened to the folio;
+    /// a folio some space maps is left to the full path.
     #[inline]
     pub(crate) fn read_at_hit(
         &self,
@@ -589,16 +597,51 @@ impl Mapping {
         if buf.is_empty() || end > self.size() {
             return None;
         }
-        let f = self.try_hit(offset >> FRAME_SHIFT, guard)?;
-        let start = f.index() << FRAME_SHIFT;
-        if end > start + f.size() as u64 {
+        let index = offset >> FRAME_SHIFT;
+        let mut cursor = self.pages.cursor(index, guard);
+        let f = match cursor.load() {
+            Some(Entry::Pointer(f)) => f,
+            _ => return None,
+        };
+        let (seq, flags) = f.read_seq_begin()?;
+        if flags & READAHEAD != 0 {
             return None;
         }
-        if !continues_in(ra.swap_read_end(end), &f) {
-            self.mark_accessed(&f);
+        match cursor.reload() {
+            Some(Entry::Pointer(again)) if ptr::eq(again, f) => {}
+            _ => return None,
         }
-        copy_out(&f, (offset - start) as usize, buf);
-        ra.note_read(offset >> FRAME_SHIFT, (end - 1) >> FRAME_SHIFT);
+        let pool = self.pool();
+        let start = f.index() << FRAME_SHIFT;
+        let frames = 1usize << ((flags & ORDER_MASK) >> ORDER_SHIFT);
+        let pfn = pool.pfn_of_desc(f);
+        if offset < start
+            || end > start + ((frames as u64) << FRAME_SHIFT)
+            || pfn + frames > pool.nr_frames()
+        {
+            return None;
+        }
+        // SAFETY: frames `pfn .. pfn + frames` lie inside the pool (checked), whose mapping lives
+        // as long as the cache; `buf` is the caller's and no pool frame. The bytes may be
+        // changing (a freeze, a reuse): the copy is a raw one, never a reference, and is thrown
+        // away below unless the sequence shows no change could have overlapped it.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                pool.frame_ptr(pfn).add((offset - start) as usize),
+                buf.as_mut_ptr(),
+                buf.len(),
+            );
+        }
+        if f.read_seq_retry(seq) {
+            return None;
+        }
+        count(Event::PageCacheHits);
+        if !continues_in(ra.swap_read_end(end), f) {
+            // Unreferenced: at worst a flag on a folio just evicted (what the LRU batches
+            // already allow).
+            self.cache.vm.mark_accessed(pool, f, f.flags());
+        }
+        ra.note_read(index, (end - 1) >> FRAME_SHIFT);
         Some(buf.len())
     }
 

@@ -692,8 +692,21 @@ impl CachedFile {
 
     /// Reads up to `buf.len()` bytes at `offset` into `buf`; returns how many (fewer at the end
     /// of the file, 0 at or past it).
+    ///
+    /// A read that lies in one cached folio is served without taking a reference on it (a
+    /// copy validated by the folio's byte sequence; see [`crate::mem::folio`]); anything else
+    /// takes the full path. [`CachedFile::reader`] saves the read-side critical section each
+    /// call enters too.
+    #[doc(alias = "filemap_read")]
     pub fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize> {
-        self.mapping.read_at(&self.ra, offset, buf)
+        let hit = {
+            let guard = crate::sync::rcu::pin();
+            self.mapping.read_at_hit(&self.ra, offset, buf, &guard)
+        };
+        match hit {
+            Some(n) => Ok(n),
+            None => self.mapping.read_at(&self.ra, offset, buf),
+        }
     }
 
     /// Reads exactly `buf.len()` bytes at `offset`, or fails with

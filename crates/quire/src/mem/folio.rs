@@ -90,6 +90,29 @@
 //! spaces a copy (see `mm/file.rs`). Only a reference taken behind the page cache's back
 //! ([`FramePool::try_get`] on a frame found by number) can see such writes.
 //!
+//! # The byte sequence (reference-free reads)
+//!
+//! A hit that only copies bytes out need not take a reference: [`Folio::read_seq_begin`],
+//! a raw copy, [`Folio::read_seq_retry`] — a seqcount read, kept only if the sequence did not
+//! move. The sequence (`seq`, an `AtomicU32` beside the count) changes whenever the bytes of a
+//! folio that a reader may have found can change without a reference of the reader's stopping
+//! it:
+//!
+//! | event | sequence | ordering |
+//! |---|---|---|
+//! | freeze ([`Folio::try_freeze`]): an in-place write, an eviction | +1 (odd until the unfreeze) | bump, then a release fence before any write |
+//! | unfreeze ([`Folio::unfreeze`]) | +1 (even) | release: after the writes made while frozen |
+//! | free ([`FramePool`]'s free path, `reset_freed`) | +2 | release; every allocation issues a release fence before its owner writes the frames |
+//! | a space gets a writable pte (`seq_bump`, from `mm`) | +2 | release (after the mapcount went up), then a release fence before the space writes |
+//!
+//! A reader takes the sequence (acquire, odd = give up), then checks the flag word (up to date,
+//! no mapcount — a mapped folio may be written at any time and is left to the referenced path)
+//! and the slot it came from, copies, and re-reads the sequence after an acquire fence: if its
+//! copy overlapped any write above, the re-read sees a different value. A reader that reads a
+//! bumped sequence at the start also sees what came before the bump (the mapcount, the new
+//! owner's flags), so it declines. The sequence is on the head; freeing a folio bumps its head,
+//! which covers every frame it had. `tests/loom_seq.rs` checks each row against a broken variant.
+//!
 //! # Finding the allocator
 //!
 //! A `FolioRef<'p>` holds the descriptor and the [`FramePool`] it belongs to, both borrowed for
@@ -161,6 +184,12 @@ pub const FRAME_SHIFT: u32 = 12;
 pub struct Folio {
     flags: AtomicU64,
     refcount: AtomicU32,
+    /// The byte sequence (a seqcount): odd while the folio is frozen — the only time the bytes
+    /// of an up-to-date folio change in place — and advanced by two when the folio is freed and
+    /// when a space may start writing it through a mapping. A reader that holds no reference
+    /// copies the bytes between two reads of it and keeps the copy only if both are the same
+    /// even value ([`Folio::read_seq_begin`], [`Folio::read_seq_retry`]).
+    seq: AtomicU32,
     /// The owner's id (the page cache's file), 0 for none.
     mapping: AtomicUsize,
     /// The folio's index in its owner (in frames, as the page cache counts).
@@ -205,6 +234,7 @@ impl Folio {
         Folio {
             flags: AtomicU64::new(0),
             refcount: AtomicU32::new(0),
+            seq: AtomicU32::new(0),
             mapping: AtomicUsize::new(0),
             index: AtomicU64::new(0),
             private: AtomicUsize::new(0),
@@ -425,7 +455,8 @@ impl Folio {
     }
 
     /// Sets the count from `expected` to 0 if it is `expected`: nobody can take a new reference
-    /// until [`Folio::unfreeze`]. Acquire on success.
+    /// until [`Folio::unfreeze`]. Acquire on success. Makes the byte sequence odd until the
+    /// unfreeze, so that reference-free readers throw away a copy the freezer's writes may tear.
     ///
     /// # Safety
     ///
@@ -434,11 +465,18 @@ impl Folio {
     /// unfreezes — and must unfreeze. Prefer [`FolioGuard::freeze`].
     #[inline]
     pub unsafe fn try_freeze(&self, expected: u32) -> bool {
-        expected != 0
+        let frozen = expected != 0
             && self
                 .refcount
                 .compare_exchange(expected, 0, Ordering::Acquire, Ordering::Relaxed)
-                .is_ok()
+                .is_ok();
+        if frozen {
+            // Odd from here to the unfreeze; the fence orders the bump before every write the
+            // freezer makes to the bytes (a seqcount's write side).
+            self.seq.fetch_add(1, Ordering::Relaxed);
+            fence(Ordering::Release);
+        }
+        frozen
     }
 
     /// Ends a freeze: stores `count` (release).
@@ -451,7 +489,48 @@ impl Folio {
     pub unsafe fn unfreeze(&self, count: u32) {
         debug_assert_eq!(self.refcount.load(Ordering::Relaxed), 0);
         debug_assert!(count > 0);
+        // Even again: the bytes are settled (release: after every write made while frozen).
+        self.seq.fetch_add(1, Ordering::Release);
         self.refcount.store(count, Ordering::Release);
+    }
+
+    /// Starts a reference-free read of the bytes (see "The byte sequence" above): the
+    /// sequence and the flag word, if the sequence is even (no change in progress) and the
+    /// folio is up to date and mapped by no space; `None` otherwise. The caller copies what it
+    /// needs with raw reads, checks the slot it came from, and keeps the copy only if
+    /// [`Folio::read_seq_retry`] says no. The flags are returned for the caller's own tests
+    /// (the order, a readahead marker); they describe the folio the sequence belongs to only
+    /// once the retry passed.
+    #[doc(alias = "read_seqcount_begin")]
+    #[inline]
+    pub fn read_seq_begin(&self) -> Option<(u32, u64)> {
+        let s = self.seq.load(Ordering::Acquire);
+        if s & 1 != 0 {
+            return None;
+        }
+        let flags = self.flags.load(Ordering::Acquire);
+        (flags & (UPTODATE | MAPCOUNT_BITS) == UPTODATE).then_some((s, flags))
+    }
+
+    /// Ends a reference-free read begun with [`Folio::read_seq_begin`] at `start`: whether the
+    /// bytes may have changed (frozen, freed or handed to a writing space) meanwhile, so the
+    /// copy must be thrown away. The acquire fence orders the copy's loads before the re-read
+    /// (a seqcount's read side).
+    #[doc(alias = "read_seqcount_retry")]
+    #[inline]
+    pub fn read_seq_retry(&self, start: u32) -> bool {
+        fence(Ordering::Acquire);
+        self.seq.load(Ordering::Relaxed) != start
+    }
+
+    /// Advances the sequence by two (it stays even): the bytes may change without a freeze
+    /// from now on — a space is about to get a writable mapping of the folio. Release: a reader
+    /// that reads the new value also sees the mapcount raised before it (and declines); the
+    /// fence after orders the bump before the space's writes (a seqcount's write side).
+    #[inline]
+    pub(crate) fn seq_bump(&self) {
+        self.seq.fetch_add(2, Ordering::Release);
+        fence(Ordering::Release);
     }
 
     // ---- owner ----
@@ -621,7 +700,46 @@ impl Folio {
         self.mapping.store(0, Ordering::Relaxed);
         self.index.store(0, Ordering::Relaxed);
         self.private.store(0, Ordering::Relaxed);
+        // Whoever gets these frames next writes them (after the release fence every allocation
+        // issues): a reader that began before must retry.
+        self.seq.fetch_add(2, Ordering::Release);
         ((old & ORDER_MASK) >> ORDER_SHIFT) as u32
+    }
+}
+
+/// The byte sequence's write side as the library runs it, and broken variants of it, for the
+/// loom models (`tests/loom_seq.rs`) to catch. Never used by the library.
+#[cfg(loom)]
+#[doc(hidden)]
+impl Folio {
+    /// See `seq_bump`.
+    pub fn model_seq_bump(&self) {
+        self.seq_bump()
+    }
+    /// Broken: a relaxed bump — a reader that reads the new value may miss the mapcount.
+    pub fn broken_seq_bump_relaxed(&self) {
+        self.seq.fetch_add(2, Ordering::Relaxed);
+        fence(Ordering::Release);
+    }
+    /// Broken: [`Folio::try_freeze`] with no fence between the bump and the writes.
+    ///
+    /// # Safety
+    ///
+    /// As [`Folio::try_freeze`].
+    pub unsafe fn broken_try_freeze_unfenced(&self, expected: u32) -> bool {
+        let frozen = expected != 0
+            && self
+                .refcount
+                .compare_exchange(expected, 0, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok();
+        if frozen {
+            self.seq.fetch_add(1, Ordering::Relaxed);
+        }
+        frozen
+    }
+    /// Broken: [`Folio::read_seq_retry`] without its fence.
+    pub fn broken_read_seq_retry_unfenced(&self, start: u32) -> bool {
+        self.seq.load(Ordering::Relaxed) != start
     }
 }
 

@@ -36,6 +36,7 @@ use rustix::mm::{self, Advice, MapFlags, ProtFlags};
 use crate::mem::buddy::{Buddy, BuddyStats, MAX_ORDER};
 use crate::mem::folio::{Folio, FolioGuard, FolioRef, FRAME_SHIFT, FRAME_SIZE};
 use crate::sync::bitwait::WaitPolicy;
+use crate::sync::loom::{fence, Ordering};
 
 /// The alignment of the pool's start: one order-[`MAX_ORDER`] block (2 MiB).
 pub const POOL_ALIGN: usize = FRAME_SIZE << MAX_ORDER;
@@ -200,6 +201,10 @@ impl FramePool {
     /// order is free (after draining the order-0 caches) or when `order > MAX_ORDER`.
     pub fn alloc(&self, order: u32) -> Option<FolioRef<'_>> {
         let pfn = self.buddy.alloc(order)? as usize;
+        // The new owner writes these frames from here on; a reference-free reader of the folio
+        // they last held must see that folio's free (its byte sequence moved) once it has read
+        // any such write (see `folio.rs`, "The byte sequence"). Free on x86.
+        fence(Ordering::Release);
         let folio = &self.descs[pfn];
         folio.init_allocated(order);
         Some(FolioRef::from_parts(folio, self))
@@ -208,9 +213,22 @@ impl FramePool {
     /// As [`FramePool::alloc`], with the bytes zeroed.
     pub fn alloc_zeroed(&self, order: u32) -> Option<FolioRef<'_>> {
         let pfn = self.buddy.alloc(order)? as usize;
+        // As in `alloc`: before this owner's first write.
+        fence(Ordering::Release);
         // SAFETY: the buddy allocator just handed these frames to us alone: no descriptor heads
         // them, so no reference or borrow of their bytes exists.
         unsafe { std::ptr::write_bytes(self.frame_ptr(pfn), 0, FRAME_SIZE << order) };
+        let folio = &self.descs[pfn];
+        folio.init_allocated(order);
+        Some(FolioRef::from_parts(folio, self))
+    }
+
+    /// Broken: [`FramePool::alloc`] without its fence, for the loom models
+    /// (`tests/loom_seq.rs`) to catch.
+    #[cfg(loom)]
+    #[doc(hidden)]
+    pub fn broken_alloc_unfenced(&self, order: u32) -> Option<FolioRef<'_>> {
+        let pfn = self.buddy.alloc(order)? as usize;
         let folio = &self.descs[pfn];
         folio.init_allocated(order);
         Some(FolioRef::from_parts(folio, self))

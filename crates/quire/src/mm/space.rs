@@ -440,6 +440,9 @@ impl Space {
                     }
                 }
                 mapping.mark_dirty(&g);
+                // Reference-free readers of the page cache must retry a copy that overlaps
+                // this space's writes.
+                g.seq_bump();
                 let size = mapping.size();
                 if (index + 1) * PAGE_SIZE > size {
                     // A write past the end in the page holding it: zeroed before the file grows.

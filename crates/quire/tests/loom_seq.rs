@@ -1,0 +1,238 @@
+//! Loom models of the byte sequence (`mem/folio.rs`, "The byte sequence"): the protocol that
+//! lets a page-cache hit copy bytes out of a folio without taking a reference
+//! (`Mapping::read_at_hit`). A reader takes the sequence and the flags, checks the slot it came
+//! from, copies, and keeps the copy only if the sequence did not move. Three writers may
+//! change the bytes under it:
+//!
+//! - an in-place write under a freeze (`try_freeze` … `unfreeze`);
+//! - the folio's free and the frames' reuse by a new owner (`reset_freed`, `FramePool::alloc`);
+//! - a space that gets a writable pte and writes through it with no further synchronisation
+//!   (the mapcount goes up, then `seq_bump`).
+//!
+//! The bytes are modelled as two atomic words written with relaxed stores (the real copy is a
+//! raw `memcpy`): a copy the reader keeps must never mix old and new words, nor hold a new
+//! owner's bytes. Each model also runs against a deliberately broken variant of one side and
+//! must fail there: a model that passes a broken protocol proves nothing.
+//!
+//! Run with
+//! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 cargo test -p quire --release --test loom_seq`.
+#![cfg(loom)]
+
+use std::ptr::NonNull;
+
+use loom::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use loom::sync::Arc;
+use loom::thread;
+use quire::mem::{Folio, FramePool, FRAME_SIZE};
+use quire::mm::model;
+
+fn builder() -> loom::model::Builder {
+    let mut b = loom::model::Builder::new();
+    if b.preemption_bound.is_none() {
+        b.preemption_bound = Some(3);
+    }
+    b
+}
+
+/// Whether `model` panics in some interleaving.
+fn fails(model: impl Fn() + Sync + Send + 'static) -> bool {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| builder().check(model))).is_err()
+}
+
+/// A one-frame pool without order-0 caches: a freed frame is the next one allocated.
+fn pool() -> Arc<FramePool> {
+    Arc::new(FramePool::with_caches(FRAME_SIZE, 1, 0).unwrap())
+}
+
+/// The folio's bytes: two words that are equal whenever nobody is writing.
+struct Bytes([AtomicU64; 2]);
+
+impl Bytes {
+    fn new(v: u64) -> Arc<Bytes> {
+        Arc::new(Bytes([AtomicU64::new(v), AtomicU64::new(v)]))
+    }
+    fn write(&self, v: u64) {
+        self.0[0].store(v, Ordering::Relaxed);
+        self.0[1].store(v, Ordering::Relaxed);
+    }
+}
+
+/// An up-to-date folio published in `slot`; returns one raw reference (the slot's).
+fn publish(pool: &FramePool) -> usize {
+    let f = pool.alloc(0).unwrap();
+    let mut g = f.lock();
+    g.mark_uptodate();
+    g.unlock().into_raw().as_ptr() as usize
+}
+
+fn folio<'a>(p: usize) -> &'a Folio {
+    // SAFETY (test): descriptors live as long as the pool, which every thread keeps alive.
+    unsafe { &*(p as *const Folio) }
+}
+
+/// The reader of `read_at_hit`: `Some` copy if it kept one.
+fn read(
+    f: &Folio,
+    slot: &AtomicUsize,
+    bytes: &Bytes,
+    retry: fn(&Folio, u32) -> bool,
+) -> Option<(u64, u64)> {
+    let (seq, _flags) = f.read_seq_begin()?;
+    if slot.load(Ordering::Acquire) != f as *const Folio as usize {
+        return None;
+    }
+    let copy = (
+        bytes.0[0].load(Ordering::Relaxed),
+        bytes.0[1].load(Ordering::Relaxed),
+    );
+    if retry(f, seq) {
+        return None;
+    }
+    Some(copy)
+}
+
+fn retry(f: &Folio, seq: u32) -> bool {
+    f.read_seq_retry(seq)
+}
+
+fn retry_unfenced(f: &Folio, seq: u32) -> bool {
+    f.broken_read_seq_retry_unfenced(seq)
+}
+
+/// An in-place write under a freeze (what `Mapping::modify` does when it holds the only
+/// reference) against a reader.
+fn write_in_place(freeze: unsafe fn(&Folio, u32) -> bool, retry: fn(&Folio, u32) -> bool) {
+    let pool = pool();
+    let p = publish(&pool);
+    let slot = Arc::new(AtomicUsize::new(p));
+    let bytes = Bytes::new(1);
+    let writer = {
+        let (pool, bytes) = (pool.clone(), bytes.clone());
+        thread::spawn(move || {
+            let _keep = &pool;
+            let f = folio(p);
+            // SAFETY (test): the slot's reference is the only one, and this thread acts for
+            // its holder (nobody else uses it until the unfreeze).
+            if unsafe { freeze(f, 1) } {
+                bytes.write(2);
+                // SAFETY (test): frozen just above with that one reference.
+                unsafe { f.unfreeze(1) };
+            }
+        })
+    };
+    if let Some((a, b)) = read(folio(p), &slot, &bytes, retry) {
+        assert_eq!(
+            a, b,
+            "a kept copy mixes bytes from before and after an in-place write"
+        );
+    }
+    writer.join().unwrap();
+    // SAFETY (test): the slot's raw reference, given back once.
+    drop(unsafe { pool.ref_from_raw(NonNull::new(p as *mut Folio).unwrap()) });
+}
+
+#[test]
+fn reader_against_an_in_place_write() {
+    builder().check(|| write_in_place(|f, n| unsafe { f.try_freeze(n) }, retry));
+}
+
+#[test]
+fn broken_freeze_without_its_fence_is_caught() {
+    assert!(fails(|| write_in_place(
+        |f, n| unsafe { f.broken_try_freeze_unfenced(n) },
+        retry
+    )));
+}
+
+#[test]
+fn broken_retry_without_its_fence_is_caught() {
+    assert!(fails(|| write_in_place(
+        |f, n| unsafe { f.try_freeze(n) },
+        retry_unfenced
+    )));
+}
+
+/// The folio leaves the index and is freed; the frame goes to a new owner, who writes it —
+/// against a reader that found the folio in the slot.
+fn free_and_reuse(alloc: for<'p> fn(&'p FramePool) -> Option<quire::mem::FolioRef<'p>>) {
+    let pool = pool();
+    let p = publish(&pool);
+    let slot = Arc::new(AtomicUsize::new(p));
+    let bytes = Bytes::new(1);
+    let evictor = {
+        let (pool, slot, bytes) = (pool.clone(), slot.clone(), bytes.clone());
+        thread::spawn(move || {
+            slot.store(0, Ordering::Release);
+            // SAFETY (test): the slot's raw reference, taken out with the slot entry: the
+            // last put, which frees the folio.
+            drop(unsafe { pool.ref_from_raw(NonNull::new(p as *mut Folio).unwrap()) });
+            let new = alloc(&pool).expect("the frame just freed");
+            bytes.write(2);
+            drop(new);
+        })
+    };
+    if let Some(copy) = read(folio(p), &slot, &bytes, retry) {
+        assert_eq!(
+            copy,
+            (1, 1),
+            "a kept copy holds bytes of the frame's next owner"
+        );
+    }
+    evictor.join().unwrap();
+}
+
+#[test]
+fn reader_against_free_and_reuse() {
+    builder().check(|| free_and_reuse(|pool| pool.alloc(0)));
+}
+
+#[test]
+fn broken_alloc_without_its_fence_is_caught() {
+    assert!(fails(|| free_and_reuse(
+        |pool| pool.broken_alloc_unfenced(0)
+    )));
+}
+
+/// A space maps the folio writable (mapcount up, then the bump) and writes through its pte
+/// with no further synchronisation, against a reader.
+fn write_fault(bump: fn(&Folio)) {
+    let pool = pool();
+    let p = publish(&pool);
+    let slot = Arc::new(AtomicUsize::new(p));
+    let bytes = Bytes::new(1);
+    let space = {
+        let (pool, bytes) = (pool.clone(), bytes.clone());
+        thread::spawn(move || {
+            let _keep = &pool;
+            let f = folio(p);
+            model::map(f);
+            bump(f);
+            bytes.write(2);
+        })
+    };
+    if let Some((a, b)) = read(folio(p), &slot, &bytes, retry) {
+        assert_eq!(
+            a, b,
+            "a kept copy mixes bytes from before and after a space's write"
+        );
+    }
+    space.join().unwrap();
+    folio(p).sub_owner_bits(1 << 32);
+    // SAFETY (test): the slot's raw reference, given back once.
+    drop(unsafe { pool.ref_from_raw(NonNull::new(p as *mut Folio).unwrap()) });
+}
+
+#[test]
+fn reader_against_a_write_fault() {
+    builder().check(|| write_fault(|f| f.model_seq_bump()));
+}
+
+#[test]
+fn broken_relaxed_bump_is_caught() {
+    assert!(fails(|| write_fault(|f| f.broken_seq_bump_relaxed())));
+}
+
+#[test]
+fn broken_missing_bump_is_caught() {
+    assert!(fails(|| write_fault(|_| {})));
+}
