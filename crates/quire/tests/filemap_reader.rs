@@ -219,8 +219,11 @@ fn readers_on_two_threads_see_whole_pages_while_a_writer_rewrites_and_cuts() {
 /// a reader, which copy without taking a reference and keep the copy only if the folio's byte
 /// sequence did not move — while a writer rewrites whole pages in place (a freeze: the readers
 /// hold no reference to stop it) and reads of a second file evict the first file's folios and
-/// reuse their frames: every copy returned is whole, of one generation, and the page's own.
-/// Bounded in time; with the sequence's check disabled it fails within a fraction of a second.
+/// reuse their frames, and a zero-copy reader's references make writes replace folios by
+/// copies: every copy returned is whole, of one generation, and the page's own, and the
+/// writer's own reader (whose translations predate its writes) reads each write back. Bounded
+/// in time; with the sequence's check disabled, or without the bump at a removal from the
+/// index, it fails within a fraction of a second.
 #[test]
 fn reference_free_hits_never_keep_a_torn_or_foreign_copy() {
     const PAGES: usize = 64;
@@ -291,16 +294,50 @@ fn reference_free_hits_never_keep_a_torn_or_foreign_copy() {
                 }
             })
         };
+        // A zero-copy reader: while it holds a folio, a write replaces the folio by a copy
+        // (and readers' translations of the old one must go stale).
+        let holder = {
+            let (f, stop, check) = (&f, &stop, &check);
+            s.spawn(move || {
+                let mut rng = Rng(0x401d);
+                let mut reader = f.reader();
+                while !stop.load(Ordering::Relaxed) {
+                    let i = rng.below(PAGES);
+                    let r = reader.read_folio(i as u64).unwrap();
+                    let at = (i - r.index() as usize) * PAGE;
+                    check(i, &r.bytes().unwrap()[at..at + PAGE]);
+                    std::thread::yield_now();
+                }
+            })
+        };
+        // A failed check below must stop the other threads, or the scope would wait forever.
+        struct StopOnDrop<'s>(&'s AtomicBool);
+        impl Drop for StopOnDrop<'_> {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::Relaxed);
+            }
+        }
+        let _stop_on_drop = StopOnDrop(&stop);
         let mut rng = Rng(0x77);
         let start = std::time::Instant::now();
         let mut gen = 0u8;
+        // The writer reads its own writes back through a reader of its own, whose translations
+        // were made before the writes: a stale one would show the previous generation.
+        let mut own = f.reader();
+        let mut buf = vec![0u8; PAGE];
         while start.elapsed() < std::time::Duration::from_millis(1500) {
             gen = gen % 250 + 1;
             let i = rng.below(PAGES);
+            own.read_exact_at((i * PAGE) as u64, &mut buf).unwrap();
             f.write_at((i * PAGE) as u64, &page_of(i as u64, gen))
                 .unwrap();
+            own.read_exact_at((i * PAGE) as u64, &mut buf).unwrap();
+            check(i, &buf);
+            assert_eq!(buf[8], gen, "page {i}: a read after the write missed it");
         }
+        drop(own);
         stop.store(true, Ordering::Relaxed);
+        holder.join().unwrap();
         for r in readers {
             assert!(r.join().unwrap() > 0);
         }

@@ -236,3 +236,56 @@ fn broken_relaxed_bump_is_caught() {
 fn broken_missing_bump_is_caught() {
     assert!(fails(|| write_fault(|_| {})));
 }
+
+/// A reader's translation (`filemap/mapping.rs`: the folio and the sequence it read before it
+/// saw the folio in the slot) against the folio's removal from the index by a writer (a
+/// replacement by a copy, a truncation): once the reader knows the writer is done, a read
+/// through the translation must not return the folio's bytes.
+fn translation_against_removal(remove: fn(&Folio)) {
+    let pool = pool();
+    let p = publish(&pool);
+    let slot = Arc::new(AtomicUsize::new(p));
+    let bytes = Bytes::new(1);
+    // The translation, made while the slot held the folio.
+    let (seq, _) = folio(p).read_seq_begin().unwrap();
+    assert_eq!(slot.load(Ordering::Acquire), p);
+    let done = Arc::new(loom::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (pool, slot, done) = (pool.clone(), slot.clone(), done.clone());
+        thread::spawn(move || {
+            let _keep = &pool;
+            slot.store(0, Ordering::Release);
+            remove(folio(p));
+            done.store(true, Ordering::Release);
+        })
+    };
+    let after = done.load(Ordering::Acquire);
+    let f = folio(p);
+    let kept = f
+        .read_seq_begin()
+        .filter(|&(s, _)| s == seq)
+        .and_then(|(s, _)| {
+            let copy = (
+                bytes.0[0].load(Ordering::Relaxed),
+                bytes.0[1].load(Ordering::Relaxed),
+            );
+            (!f.read_seq_retry(s)).then_some(copy)
+        });
+    assert!(
+        !(after && kept.is_some()),
+        "a read through a translation found a folio its index no longer holds"
+    );
+    writer.join().unwrap();
+    // SAFETY (test): the slot's raw reference, given back once.
+    drop(unsafe { pool.ref_from_raw(NonNull::new(p as *mut Folio).unwrap()) });
+}
+
+#[test]
+fn translation_against_a_removal() {
+    builder().check(|| translation_against_removal(|f| f.model_seq_bump()));
+}
+
+#[test]
+fn broken_removal_without_a_bump_is_caught() {
+    assert!(fails(|| translation_against_removal(|_| {})));
+}

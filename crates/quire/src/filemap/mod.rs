@@ -92,7 +92,7 @@ use crate::xarray::{AddWalks, ListedNode, Mark, XArray, XaPointer};
 pub use errseq::{ErrSeq, ErrSeqSince};
 use mapping::Mapping;
 pub use readahead::{RaState, RaWindow, Readahead};
-pub use reader::{FileReader, REPIN_EVERY};
+pub use reader::{FileReader, REPIN_EVERY, TRANSLATIONS};
 
 /// The index mark of dirty folios.
 pub const DIRTY_MARK: Mark = Mark::M0;
@@ -701,10 +701,17 @@ impl CachedFile {
     pub fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize> {
         let hit = {
             let guard = crate::sync::rcu::pin();
-            self.mapping.read_at_hit(&self.ra, offset, buf, &guard)
-        };
+            self.mapping
+                .read_at_hit(&self.ra, offset, buf, &guard, |end| {
+                    self.ra.swap_read_end(end)
+                })
+        }
+        .map(|(n, _)| n);
         match hit {
-            Some(n) => Ok(n),
+            Some(n) => {
+                crate::stats::count(crate::stats::Event::PageCacheHits);
+                Ok(n)
+            }
             None => self.mapping.read_at(&self.ra, offset, buf),
         }
     }
