@@ -439,6 +439,7 @@ fn draw_bars(area: &Area<'_>, p: &BarPanel<'_>) -> anyhow::Result<()> {
     chart
         .configure_mesh()
         .disable_x_mesh()
+        .light_line_style(TRANSPARENT)
         .x_desc("threads")
         .y_desc(y_desc(p.unit, p.better))
         .x_label_formatter(&|x| {
@@ -519,6 +520,7 @@ fn draw_scaling(area: &Area<'_>, p: &ScalingPanel<'_>) -> anyhow::Result<()> {
         )?;
     chart
         .configure_mesh()
+        .light_line_style(TRANSPARENT)
         .x_desc("threads")
         .y_desc(y_desc(p.unit, p.better))
         .x_label_formatter(&|x| format!("{}", x.round()))
