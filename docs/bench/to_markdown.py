@@ -1,39 +1,13 @@
 #!/usr/bin/env python3
 """Turns a `quire bench --json` report into the markdown tables of docs/BENCHMARKS.md:
 one table per (suite, case), a row per (threads, metric), a column per variant, and the ratio of
-the declared "after" variant to the "before" one. Usage: to_markdown.py REPORT.json"""
+the case's "after" variant to its "before" one. The pairs come from the report's `pairs` list
+(as the suites declared them); a report without one (written before the format had it) gets
+its tables without before/after columns, and a warning. Where the report has them, each metric
+shows which way is better (↑ higher, ↓ lower), and figures of several runs show
+median [min–max]. Usage: to_markdown.py REPORT.json"""
 import json
 import sys
-
-# The (before, after) pair each case compares, as the suites declare them.
-PAIRS = {
-    ("pagelock", "uncontended"): ("always-lookup", "waiters-bit"),
-    ("pagelock", "handoff"): ("unfiltered-wake-all", "exact"),
-    ("pagelock", "handoff-io"): ("unfiltered-wake-all", "exact"),
-    ("lockref", "get-put"): ("spinlock", "lockref"),
-    ("xarray", "load"): ("rwlock-btreemap", "xarray"),
-    ("xarray", "add-over-shadow"): ("multi-walk", "single-walk"),
-    ("xarray", "add-over-shadow-order2"): ("multi-walk", "single-walk"),
-    ("read", "hot-random"): ("kernel-pread", "quire-read"),
-    ("read", "cold-seq"): ("kernel", "quire"),
-    ("write", "seq-fsync"): ("kernel", "quire"),
-    ("dcache", "short"): ("spinlock", "lockref"),
-    ("evict", "zipf"): ("clock", "lru-workingset"),
-    ("evict", "scan"): ("clock", "lru-workingset"),
-    ("evict", "loop"): ("clock", "lru-workingset"),
-    ("evict", "switch"): ("clock", "lru-workingset"),
-    ("evict", "readonce"): ("clock", "lru-workingset"),
-    ("evict", "shadow-memory"): ("no-shrinker", "shrinker"),
-    ("unmap", "exit"): ("always-test-dirty", "skip-dead-anon"),
-    ("unmap", "exit-swapcache"): ("always-test-dirty", "skip-dead-anon"),
-    ("unmap", "fork-exit"): ("always-test-dirty", "skip-dead-anon"),
-    ("fuse", "hot-randread"): ("passthrough", "quire"),
-    ("fuse", "zipf-randread"): ("passthrough", "quire"),
-    ("fuse", "seqread"): ("passthrough", "quire"),
-    ("fuse", "seqwrite-fsync"): ("passthrough", "quire"),
-    ("fuse", "stat-storm-cold"): ("passthrough", "quire"),
-    ("fuse", "stat-storm-warm"): ("passthrough", "quire"),
-}
 
 
 def fmt(v):
@@ -46,11 +20,68 @@ def fmt(v):
     return f"{v:.4f}"
 
 
+def cell(r):
+    lo, hi = r.get("min", r["value"]), r.get("max", r["value"])
+    if r.get("runs", 1) > 1 and fmt(lo) != fmt(hi):
+        return f"{fmt(r['value'])} [{fmt(lo)}–{fmt(hi)}]"
+    return fmt(r["value"])
+
+
+ARROW = {"higher": " ↑", "lower": " ↓"}
+
+
+def overlaps(b, a):
+    """Whether both figures had several runs and their ranges overlap."""
+    if b.get("runs", 1) < 2 or a.get("runs", 1) < 2:
+        return False
+    lo = lambda r: r.get("min", r["value"])
+    hi = lambda r: r.get("max", r["value"])
+    return lo(b) <= hi(a) and lo(a) <= hi(b)
+
+
+def verdict(better, b, a):
+    if b == a or better not in ("higher", "lower"):
+        return ""
+    return " better" if (a > b) == (better == "higher") else " worse"
+
+
+def host_line(report):
+    host = report["host"]
+    line = f"Host: {host['cpus']} CPUs, kernel {host['kernel']}"
+    if host.get("cpu_model"):
+        line = f"Host: {host['cpu_model']}, {host['cpus']} CPUs"
+        if host.get("memory_bytes"):
+            line += f", {host['memory_bytes'] / 2**30:.1f} GiB"
+        line += f", kernel {host['kernel']}"
+    extra = []
+    if host.get("rustc"):
+        extra.append(host["rustc"])
+    if host.get("profile"):
+        extra.append(f"{host['profile']} build")
+    if host.get("git_commit"):
+        extra.append(f"commit {host['git_commit'][:12]}" + (" (modified)" if host.get("git_dirty") else ""))
+    if host.get("date"):
+        extra.append(host["date"])
+    if report.get("runs", 1) > 1:
+        extra.append(f"median of {report['runs']} runs per figure, [min–max]")
+    if extra:
+        line += "; " + ", ".join(extra)
+    return line + "."
+
+
 def main():
     report = json.load(open(sys.argv[1]))
     results = report["results"]
-    host = report["host"]
-    print(f"Host: {host['cpus']} CPUs, kernel {host['kernel']}.\n")
+    if "pairs" not in report:
+        print(f"{sys.argv[1]}: no `pairs` in this report: tables without before/after columns",
+              file=sys.stderr)
+    pairs = {(p["suite"], p["case"]): (p["before"], p["after"]) for p in report.get("pairs", [])}
+    print(host_line(report) + "\n")
+    if any("better" in r for r in results):
+        legend = "↑ higher is better, ↓ lower is better"
+        if report.get("runs", 1) > 1:
+            legend += "; ~ marks a ratio whose before and after ranges overlap"
+        print(legend + ".\n")
     cases = []
     for r in results:
         key = (r["suite"], r["case"])
@@ -59,7 +90,7 @@ def main():
     for suite, case in cases:
         rs = [r for r in results if (r["suite"], r["case"]) == (suite, case)]
         variants = []
-        before, after = PAIRS.get((suite, case), (None, None))
+        before, after = pairs.get((suite, case), (None, None))
         for v in [before, after]:
             if v and any(r["variant"] == v for r in rs):
                 variants.append(v)
@@ -80,14 +111,21 @@ def main():
         print("| " + " | ".join(head) + " |")
         print("|" + "---|" * len(head))
         for threads, metric, unit in rows:
-            vals = {}
+            found = {}
             for r in rs:
                 if (r["threads"], r["metric"]) == (threads, metric):
-                    vals[r["variant"]] = r["value"]
-            cells = [str(threads), f"{metric} ({unit})"] + [fmt(vals[v]) if v in vals else "-" for v in variants]
+                    found[r["variant"]] = r
+            better = next((r.get("better") for r in found.values()), None)
+            cells = [str(threads), f"{metric} ({unit}){ARROW.get(better, '')}"]
+            cells += [cell(found[v]) if v in found else "-" for v in variants]
             if before and after:
-                b, a = vals.get(before), vals.get(after)
-                cells.append(f"{a / b:.2f}×" if b and a is not None else "-")
+                b, a = found.get(before), found.get(after)
+                if b and a and b["value"]:
+                    mark = "~" if overlaps(b, a) else ""
+                    ratio = a["value"] / b["value"]
+                    cells.append(f"{mark}{ratio:.2f}×{verdict(better, b['value'], a['value'])}")
+                else:
+                    cells.append("-")
             print("| " + " | ".join(cells) + " |")
         print()
 

@@ -29,12 +29,31 @@ enum Command {
         /// Shorter runs and smaller data: the whole run stays under a minute.
         #[arg(long)]
         quick: bool,
-        /// Also write every figure as JSON to this file.
+        /// Also write every figure as JSON to this file (rewritten after each suite).
         #[arg(long, value_name = "FILE")]
         json: Option<PathBuf>,
+        /// Run each suite N times; every figure is the median of the N, shown with the smallest
+        /// and largest.
+        #[arg(long, value_name = "N", default_value_t = 1,
+              value_parser = clap::value_parser!(u32).range(1..=1000))]
+        runs: u32,
+        /// Draw SVG charts into this directory at the end: before/after bars per suite, and
+        /// thread-scaling lines where a case ran at several thread counts.
+        #[arg(long, value_name = "DIR")]
+        plot: Option<PathBuf>,
         /// List the suites and exit.
         #[arg(long)]
         list: bool,
+    },
+    /// Draw the SVG charts of a stored `quire bench --json` report into DIR (as `--plot` does
+    /// at the end of a run): SUITE-before-after.svg and SUITE-scaling.svg per suite.
+    Plot {
+        /// The JSON report.
+        report: PathBuf,
+        /// Where to write the charts (created if missing).
+        dir: PathBuf,
+        /// Only these suites of the report (all of them if none is named).
+        suites: Vec<String>,
     },
     /// The kernel's side of a benchmark case, run by `quire bench` in a child process inside a
     /// memory cgroup (not for direct use).
@@ -82,6 +101,8 @@ fn main() -> anyhow::Result<()> {
             suites,
             quick,
             json,
+            runs,
+            plot,
             list,
         } => {
             if list {
@@ -90,8 +111,19 @@ fn main() -> anyhow::Result<()> {
                 }
                 return Ok(());
             }
-            bench::run(&suites, quick, json.as_deref())
+            bench::run(&bench::Options {
+                suites: &suites,
+                quick,
+                runs: runs as usize,
+                json: json.as_deref(),
+                plot: plot.as_deref(),
+            })
         }
+        Command::Plot {
+            report,
+            dir,
+            suites,
+        } => bench::plot_file(&report, &dir, &suites).map(drop),
         Command::BenchChild { spec } => bench::evict::child_main(&spec),
         Command::Mount {
             src,

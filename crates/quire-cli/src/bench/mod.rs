@@ -1,29 +1,43 @@
 //! `quire bench`: suites that measure each mechanism against its "before", side by side.
 //!
 //! A suite is a function that runs its cases and records figures through [`Bench`]. Every figure
-//! becomes one JSON result (DESIGN.md, "The benchmark contract") and one cell of the suite's
-//! table, which shows the "before" variant, the "after" variant and the change, as the patch
-//! mails did.
+//! becomes one JSON result (DESIGN.md, "The benchmark contract"; `report.rs`) and one cell of
+//! the suite's table (`table.rs`), which shows the "before" variant, the "after" variant and the
+//! change, as the patch mails did, and which way each metric is better (`metric.rs`).
+//!
+//! A run prints its host (`host.rs`) first, then each suite's tables as soon as the suite is
+//! done. With `--runs N` each suite runs N times in a row and every figure is the median of its
+//! N values, with the smallest and largest beside it; the JSON report is rewritten after each
+//! suite, so that a run that fails later keeps what was measured. `--plot DIR` draws the charts
+//! of `plot.rs` at the end.
 
 mod dcache;
 mod dirtybit;
 pub(crate) mod evict;
 mod fuse;
 mod harness;
+mod host;
 mod lockref;
+mod metric;
 mod pagelock;
+pub(crate) mod plot;
 mod read;
+pub(crate) mod report;
+mod table;
 mod unmap;
 mod write;
 mod xarray;
 
-use std::path::Path;
+use std::cell::RefCell;
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use anyhow::{bail, Context};
-use comfy_table::{presets::UTF8_FULL_CONDENSED, Cell, CellAlignment, Table};
+use anyhow::bail;
 use indicatif::{ProgressBar, ProgressStyle};
-use serde::Serialize;
+
+use host::Host;
+use report::{aggregate, Pair, Record, Report};
 
 /// A suite: a name, one line about it, an estimate of its steps (for the progress bar) and the
 /// function that runs it.
@@ -49,34 +63,16 @@ pub const SUITES: &[Suite] = &[
     fuse::SUITE,
 ];
 
-/// One figure.
-#[derive(Clone, Debug, Serialize)]
-pub struct Record {
-    pub suite: &'static str,
-    pub case: String,
-    pub variant: String,
-    pub threads: usize,
-    pub metric: &'static str,
-    pub value: f64,
-    pub unit: &'static str,
-}
-
-/// Which two variants of a case the table compares: `after` against `before`.
-#[derive(Clone, Debug)]
-struct Comparison {
-    suite: &'static str,
-    case: String,
-    before: String,
-    after: String,
-}
-
 /// What a suite records into.
 pub struct Bench {
     quick: bool,
-    records: Vec<Record>,
-    comparisons: Vec<Comparison>,
+    /// The figures of the running suite, one per run of it.
+    samples: Vec<Record>,
+    pairs: Vec<Pair>,
     progress: ProgressBar,
     suite: &'static str,
+    /// Notes already printed: a suite run N times says each thing once.
+    noted: RefCell<HashSet<String>>,
 }
 
 impl Bench {
@@ -95,31 +91,35 @@ impl Bench {
         value: f64,
         unit: &'static str,
     ) {
-        self.records.push(Record {
-            suite: self.suite,
-            case: case.to_string(),
-            variant: variant.to_string(),
-            threads,
-            metric,
-            value,
-            unit,
-        });
+        self.samples.push(Record::sample(
+            self.suite, case, variant, threads, metric, value, unit,
+        ));
     }
 
     /// Declares that the table of `case` compares `after` against `before`.
     pub fn compare(&mut self, case: &str, before: &str, after: &str) {
-        self.comparisons.push(Comparison {
-            suite: self.suite,
-            case: case.to_string(),
-            before: before.to_string(),
-            after: after.to_string(),
-        });
+        let known = self
+            .pairs
+            .iter()
+            .any(|p| p.suite == self.suite && p.case == case);
+        if !known {
+            self.pairs.push(Pair {
+                suite: self.suite.to_string(),
+                case: case.to_string(),
+                before: before.to_string(),
+                after: after.to_string(),
+            });
+        }
     }
 
     /// Prints a note for the user (a fallback taken, a variant skipped and why) on standard
-    /// error, above the progress bar — also when there is no terminal to draw the bar on.
+    /// error, above the progress bar — also when there is no terminal to draw the bar on. A
+    /// note already printed in this run is not repeated.
     pub fn note(&self, msg: impl std::fmt::Display) {
-        self.progress.suspend(|| eprintln!("{}: {msg}", self.suite));
+        let line = format!("{}: {msg}", self.suite);
+        if self.noted.borrow_mut().insert(line.clone()) {
+            self.progress.suspend(|| eprintln!("{line}"));
+        }
     }
 
     /// Advances the progress bar by one step and shows what runs next.
@@ -129,33 +129,27 @@ impl Bench {
     }
 }
 
-#[derive(Serialize)]
-struct Host {
-    cpus: usize,
-    kernel: String,
+/// What `quire bench` was asked to do.
+pub struct Options<'a> {
+    /// The suites to run (all of them if empty).
+    pub suites: &'a [String],
+    pub quick: bool,
+    /// Runs per figure (at least 1).
+    pub runs: usize,
+    /// Where to write the JSON report.
+    pub json: Option<&'a Path>,
+    /// Where to draw the charts.
+    pub plot: Option<&'a Path>,
 }
 
-#[derive(Serialize)]
-struct Report<'a> {
-    version: u32,
-    host: Host,
-    results: &'a [Record],
-}
-
-fn kernel_release() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/osrelease")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_else(|_| "unknown".to_string())
-}
-
-/// Runs the named suites (all of them if `names` is empty), prints their tables and writes the
-/// JSON report if asked.
-pub fn run(names: &[String], quick: bool, json: Option<&Path>) -> anyhow::Result<()> {
+/// Runs the chosen suites; prints the host, then each suite's tables as soon as it is done;
+/// keeps the JSON report up to date after each suite and draws the charts at the end.
+pub fn run(opts: &Options<'_>) -> anyhow::Result<()> {
     let mut chosen = Vec::new();
-    if names.is_empty() {
+    if opts.suites.is_empty() {
         chosen.extend(SUITES.iter());
     } else {
-        for n in names {
+        for n in opts.suites {
             match SUITES.iter().find(|s| s.name == n) {
                 Some(s) => chosen.push(s),
                 None => bail!(
@@ -165,7 +159,24 @@ pub fn run(names: &[String], quick: bool, json: Option<&Path>) -> anyhow::Result
             }
         }
     }
-    let total: u64 = chosen.iter().map(|s| (s.steps)(quick)).sum();
+    let runs = opts.runs.max(1);
+    let quick = opts.quick;
+    let mut report = Report {
+        version: report::VERSION,
+        host: Host::probe(),
+        quick: Some(quick),
+        runs,
+        suites: chosen.iter().map(|s| s.name.to_string()).collect(),
+        pairs: Vec::new(),
+        results: Vec::new(),
+    };
+    println!("{}", report.host);
+    if report.host.profile == "debug" {
+        println!("warning: a debug build; its figures say little (build with --release)");
+    }
+    println!("{}\n", table::legend(runs));
+
+    let total: u64 = chosen.iter().map(|s| (s.steps)(quick)).sum::<u64>() * runs as u64;
     let progress = ProgressBar::new(total);
     progress.set_style(
         ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {msg}")
@@ -174,122 +185,67 @@ pub fn run(names: &[String], quick: bool, json: Option<&Path>) -> anyhow::Result
     );
     let mut bench = Bench {
         quick,
-        records: Vec::new(),
-        comparisons: Vec::new(),
+        samples: Vec::new(),
+        pairs: Vec::new(),
         progress,
         suite: "",
+        noted: RefCell::new(HashSet::new()),
     };
     let started = Instant::now();
     for s in &chosen {
         bench.suite = s.name;
-        (s.run)(&mut bench).with_context(|| format!("suite {}", s.name))?;
+        for i in 0..runs {
+            if let Err(e) = (s.run)(&mut bench) {
+                bench.progress.finish_and_clear();
+                let run = if runs > 1 {
+                    format!(" (run {} of {runs})", i + 1)
+                } else {
+                    String::new()
+                };
+                let kept = match opts.json {
+                    Some(p) if !report.results.is_empty() => {
+                        format!("; {} keeps the suites that finished", p.display())
+                    }
+                    _ => String::new(),
+                };
+                return Err(e.context(format!("suite {}{run}{kept}", s.name)));
+            }
+        }
+        report.results.extend(aggregate(&bench.samples));
+        bench.samples.clear();
+        report.pairs.append(&mut bench.pairs);
+        let tables = table::render_suite(&report, s.name);
+        bench.progress.suspend(|| print!("{tables}"));
+        if let Some(path) = opts.json {
+            report.save(path)?;
+        }
     }
     bench.progress.finish_and_clear();
-    for s in &chosen {
-        print_suite(&bench, s.name);
-    }
     eprintln!(
         "ran {} suite(s) in {:.1} s",
         chosen.len(),
         started.elapsed().as_secs_f64()
     );
-    if let Some(path) = json {
-        let report = Report {
-            version: 1,
-            host: Host {
-                cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
-                kernel: kernel_release(),
-            },
-            results: &bench.records,
-        };
-        let text = serde_json::to_string_pretty(&report)?;
-        std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
+    if let Some(dir) = opts.plot {
+        let files = plot::draw(&report, dir, &[])?;
+        eprintln!("{}", plot::summary(dir, &files));
     }
     Ok(())
 }
 
-fn fmt_value(v: f64) -> String {
-    if v == 0.0 {
-        "0".to_string()
-    } else if v.abs() >= 100.0 {
-        format!("{v:.0}")
-    } else if v.abs() >= 1.0 {
-        format!("{v:.2}")
-    } else {
-        format!("{v:.4}")
-    }
-}
-
-/// Prints one table per case of a suite: a row per (threads, metric), a column per variant, and
-/// the change of `after` against `before` where the suite declared them.
-fn print_suite(bench: &Bench, suite: &str) {
-    let recs: Vec<&Record> = bench.records.iter().filter(|r| r.suite == suite).collect();
-    let mut cases: Vec<&str> = Vec::new();
-    for r in &recs {
-        if !cases.contains(&r.case.as_str()) {
-            cases.push(&r.case);
+/// `quire plot REPORT DIR [SUITE...]`: the charts of a stored report.
+pub fn plot_file(report: &Path, dir: &Path, suites: &[String]) -> anyhow::Result<Vec<PathBuf>> {
+    let r = Report::load(report)?;
+    for s in suites {
+        if !r.suites.contains(s) {
+            bail!(
+                "{} has no suite {s:?}; it has: {}",
+                report.display(),
+                r.suites.join(", ")
+            );
         }
     }
-    for case in cases {
-        let in_case: Vec<&&Record> = recs.iter().filter(|r| r.case == case).collect();
-        let cmp = bench
-            .comparisons
-            .iter()
-            .find(|c| c.suite == suite && c.case == case);
-        // Column order: before, after, then the rest in the order they were recorded.
-        let mut variants: Vec<&str> = Vec::new();
-        if let Some(c) = cmp {
-            variants.push(&c.before);
-            variants.push(&c.after);
-        }
-        for r in &in_case {
-            if !variants.contains(&r.variant.as_str()) {
-                variants.push(&r.variant);
-            }
-        }
-        let mut rows: Vec<(usize, &str, &str)> = Vec::new();
-        for r in &in_case {
-            if !rows.contains(&(r.threads, r.metric, r.unit)) {
-                rows.push((r.threads, r.metric, r.unit));
-            }
-        }
-        let mut table = Table::new();
-        table.load_preset(UTF8_FULL_CONDENSED);
-        let mut header = vec!["threads".to_string(), "metric".to_string()];
-        for (i, v) in variants.iter().enumerate() {
-            let tag = match (cmp.is_some(), i) {
-                (true, 0) => " (before)",
-                (true, 1) => " (after)",
-                _ => "",
-            };
-            header.push(format!("{v}{tag}"));
-        }
-        if cmp.is_some() {
-            header.push("change".to_string());
-        }
-        table.set_header(header);
-        for (threads, metric, unit) in rows {
-            let value = |v: &str| {
-                in_case
-                    .iter()
-                    .find(|r| r.variant == v && r.threads == threads && r.metric == metric)
-                    .map(|r| r.value)
-            };
-            let mut row = vec![Cell::new(threads), Cell::new(format!("{metric} ({unit})"))];
-            for v in &variants {
-                let text = value(v).map_or_else(|| "-".to_string(), fmt_value);
-                row.push(Cell::new(text).set_alignment(CellAlignment::Right));
-            }
-            if let Some(c) = cmp {
-                let change = match (value(&c.before), value(&c.after)) {
-                    (Some(b), Some(a)) if b != 0.0 => format!("{:+.1}%", (a / b - 1.0) * 100.0),
-                    _ => "-".to_string(),
-                };
-                row.push(Cell::new(change).set_alignment(CellAlignment::Right));
-            }
-            table.add_row(row);
-        }
-        println!("{suite} / {case}");
-        println!("{table}\n");
-    }
+    let files = plot::draw(&r, dir, suites)?;
+    eprintln!("{}", plot::summary(dir, &files));
+    Ok(files)
 }
