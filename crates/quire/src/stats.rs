@@ -1,4 +1,4 @@
-//! Event counters, after `/proc/vmstat` (DESIGN.md rule 8).
+//! Event counters, after `/proc/vmstat` (rule 8 of docs/RULES.md).
 //!
 //! Every event that a benchmark or a test wants to reason about — a wait-table lookup, a
 //! wake-up, a tree walk — is counted here. Counting must be cheap enough to leave on the hot

@@ -1,6 +1,6 @@
 //! Folios and the frame pool: references, freeze, the lock and its guard, write-back waits, the
 //! rules for lending bytes, and a stress run of lock-free lookups racing with removal, in-place
-//! rewrites and reuse (DESIGN.md rule 1: re-check after a speculative reference).
+//! rewrites and reuse (rule 1 of docs/RULES.md: re-check after a speculative reference).
 #![cfg(not(loom))]
 
 use std::ptr::NonNull;
@@ -308,7 +308,7 @@ fn stress_lockless_lookup_against_replace_and_rewrite() {
                     i = (i + 1) % SLOTS;
                     let ptr = slots[i].load(Ordering::Acquire);
                     let Some(d) = NonNull::new(ptr) else { continue };
-                    // SAFETY: descriptors live as long as the pool (rule 1).
+                    // SAFETY: descriptors live as long as the pool (rule 1 of docs/RULES.md).
                     let Some(f) = p.try_get(unsafe { d.as_ref() }) else {
                         continue;
                     };

@@ -2,7 +2,7 @@
 //!
 //! A file's write-back can fail long after the `write` that dirtied the data returned. The error
 //! must reach every `fsync` caller that has not seen it yet — once each — and must not be lost
-//! when another caller sees it first (DESIGN.md rule 6). An [`ErrSeq`] is one 64-bit word per
+//! when another caller sees it first (rule 6 of docs/RULES.md). An [`ErrSeq`] is one 64-bit word per
 //! file; each open handle keeps a [`ErrSeqSince`] sample of it and compares on `fsync`.
 //!
 //! | bits | field | meaning |

@@ -179,7 +179,7 @@ impl Mapping {
 
     // ---- lookups -------------------------------------------------------------------------
 
-    /// The folio at `index` with a reference, lock-free (DESIGN.md rule 5).
+    /// The folio at `index` with a reference, lock-free (rule 5 of docs/RULES.md).
     pub(crate) fn find_get(&self, index: u64) -> Option<FolioRef<'_>> {
         self.find_get_in(index, &rcu::pin())
     }

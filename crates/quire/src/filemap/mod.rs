@@ -18,12 +18,12 @@
 //! | [`DIRTY_MARK`] | the folio is DIRTY |
 //! | [`WRITEBACK_MARK`] | the folio is under write-back |
 //!
-//! # Lookups (DESIGN.md rule 5)
+//! # Lookups (rule 5 of docs/RULES.md)
 //!
 //! A lookup pins an epoch guard, loads the slot, takes a speculative reference with
 //! [`Folio::try_get`] (which fails on a free or frozen descriptor) and loads the slot again: if
 //! it still holds the same folio, the reference is good; otherwise it is put back and the lookup
-//! starts over. Descriptors are never freed (rule 1), so the speculative reference is always
+//! starts over. Descriptors are never freed (rule 1 of docs/RULES.md), so the speculative reference is always
 //! safe to attempt.
 //!
 //! # Changing bytes
@@ -34,7 +34,7 @@
 //! folio in the index (copy on write) when readers hold references. Writers also wait for
 //! write-back to finish, so the bytes being written to the store are stable.
 //!
-//! # Write-back (rule 6)
+//! # Write-back (rule 6 of docs/RULES.md)
 //!
 //! Writes mark folios DIRTY (and [`DIRTY_MARK`] in the index) and count dirty frames
 //! cache-wide. A background flusher writes back when dirty memory passes

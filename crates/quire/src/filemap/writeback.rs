@@ -7,7 +7,7 @@
 //! folio from its index while WRITEBACK is set — truncation waits for it, reclaim and
 //! invalidation skip it, and writers wait for it before changing the bytes — so the bytes are
 //! stable and the folio is still in the index when the write ends. If the write fails, the folio
-//! is made dirty again before WRITEBACK is cleared (DESIGN.md rule 6) and the error is recorded
+//! is made dirty again before WRITEBACK is cleared (rule 6 of docs/RULES.md) and the error is recorded
 //! in the file's error sequence.
 
 use std::ptr;

@@ -5,13 +5,13 @@
 //! array (the memmap). When frames are allocated as a folio of order k, the descriptor of its
 //! first frame (the *head*) describes the whole folio; the other 2^k − 1 descriptors (tails) stay
 //! unused with a reference count of zero, so that a speculative [`Folio::try_get`] on them fails.
-//! Descriptors live as long as the pool (DESIGN.md rule 1): a lock-free reader may hold a `&Folio`
+//! Descriptors live as long as the pool (rule 1 of docs/RULES.md): a lock-free reader may hold a `&Folio`
 //! whose folio was freed and reused; it takes a reference with `try_get` and then re-checks
 //! whatever slot led it there.
 //!
 //! # The flag word
 //!
-//! One `AtomicU64` per folio (DESIGN.md rule 2). Bits 0 and 1 belong to [`crate::sync::bitwait`].
+//! One `AtomicU64` per folio (rule 2 of docs/RULES.md). Bits 0 and 1 belong to [`crate::sync::bitwait`].
 //!
 //! | bit(s) | name | meaning | set / cleared |
 //! |---|---|---|---|

@@ -1,4 +1,4 @@
-//! The frame pool: all the memory a cache will ever use, mapped once (DESIGN.md rule 1).
+//! The frame pool: all the memory a cache will ever use, mapped once (rule 1 of docs/RULES.md).
 //!
 //! # Layout
 //!

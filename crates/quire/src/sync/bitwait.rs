@@ -39,7 +39,7 @@
 //! # The "before" policies
 //!
 //! [`WaitPolicy`] restores, for the benchmarks, what the kernel did before each mechanism
-//! (DESIGN.md rule 7): [`WaitPolicy::AlwaysLookup`] has no waiters bit, so every clear looks the
+//! (rule 7 of docs/RULES.md): [`WaitPolicy::AlwaysLookup`] has no waiters bit, so every clear looks the
 //! word up in the table; [`WaitPolicy::UnfilteredWakeAll`] parks every sleeper on one of 256
 //! shared queues and wakes the whole queue on every clear, so sleepers wake for other words and
 //! other bits, re-test and sleep again. The free functions of this module are the exact policy;
@@ -88,7 +88,7 @@ const WOKEN_HANDOFF: usize = 1;
 /// A [`Cancel`] was triggered.
 const WOKEN_CANCEL: usize = 2;
 
-/// Which implementation of the waits to use (DESIGN.md rule 7). `Exact` is the default and what
+/// Which implementation of the waits to use (rule 7 of docs/RULES.md). `Exact` is the default and what
 /// the free functions of this module do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Hash)]
 pub enum WaitPolicy {

@@ -30,7 +30,7 @@
 //! # Two policies
 //!
 //! [`RefPolicy::Cmpxchg`] (the default) is lockref. [`RefPolicy::Spinlock`] is the "before"
-//! (DESIGN.md rule 7): every operation takes the spinlock, changes the count and unlocks, as the
+//! (rule 7 of docs/RULES.md): every operation takes the spinlock, changes the count and unlocks, as the
 //! dcache did before lockref. The policy is a plain field next to the word, read once per
 //! operation: on the default path the switch costs one well-predicted branch on a value in the
 //! same cache line as the word.
@@ -115,7 +115,7 @@ const fn pack(count: i32, lock: u64) -> u64 {
     ((count as u32 as u64) << 32) | lock
 }
 
-/// Which implementation a [`LockRef`] uses (DESIGN.md rule 7): chosen per `LockRef` at
+/// Which implementation a [`LockRef`] uses (rule 7 of docs/RULES.md): chosen per `LockRef` at
 /// construction; the lock-free path is the default.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum RefPolicy {

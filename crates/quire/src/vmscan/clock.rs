@@ -1,4 +1,4 @@
-//! The "before" of this module (DESIGN.md rule 7): reclaim as quire did it before it had LRU
+//! The "before" of this module (rule 7 of docs/RULES.md): reclaim as quire did it before it had LRU
 //! lists — a clock over the memmap, swept by the thread whose allocation failed.
 //!
 //! The hand walks the descriptors of the pool in frame order, a folio at a time. A folio that

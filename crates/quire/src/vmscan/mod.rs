@@ -65,7 +65,7 @@ use crate::stats::Counters;
 use crate::sync::bitwait::WaitPolicy;
 use crate::xarray::{ListedNode, NodeList};
 
-/// Which reclaim a cache runs (DESIGN.md rule 7: the "before" is a runtime switch).
+/// Which reclaim a cache runs (rule 7 of docs/RULES.md: the "before" is a runtime switch).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ReclaimPolicy {
     /// Active and inactive lists, batches, background reclaim (this module).

@@ -1,5 +1,5 @@
 //! The XArray: a multi-order radix tree with value (shadow) entries, three marks, lock-free reads
-//! and single-walk insertion (DESIGN.md, technique 4). After `lib/xarray.c`.
+//! and single-walk insertion (technique 4 of docs/RULES.md). After `lib/xarray.c`.
 //!
 //! An [`XArray`] maps every `u64` index to nothing, a *pointer entry* (an owned pointer `P`, for
 //! the page cache a folio reference) or a *value entry* (an integer of up to 63 bits; the page
@@ -67,7 +67,7 @@
 //! larger order is split first — if the split needs nodes, the lock is dropped, the nodes are
 //! allocated, the lock is taken again and, if the shadow changed in between, it starts over. The
 //! store continues from the position the walk reached. [`XArray::add_multi_walk`] is the
-//! pre-patch "before" (DESIGN.md rule 7): one walk to read the order at the index, a conflict
+//! pre-patch "before" (rule 7 of docs/RULES.md): one walk to read the order at the index, a conflict
 //! walk, and another walk to read the order again when something was found.
 //!
 //! Every walk from the head counts [`Event::XaWalks`]; node allocations and frees count
@@ -766,7 +766,7 @@ impl<P: XaPointer> fmt::Debug for Retired<P> {
     }
 }
 
-/// Which insert [`XArray::add_with`] runs (DESIGN.md rule 7).
+/// Which insert [`XArray::add_with`] runs (rule 7 of docs/RULES.md).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum AddWalks {
     /// One walk in the common case (technique 4).
@@ -1171,7 +1171,7 @@ impl<P: XaPointer> XArray<P> {
         write::add(self, index, order, entry)
     }
 
-    /// The pre-patch insert ("before", DESIGN.md rule 7): the same result as [`XArray::add`]
+    /// The pre-patch insert ("before", rule 7 of docs/RULES.md): the same result as [`XArray::add`]
     /// with a walk to read the order at `index`, a conflict walk, and one more walk to read the
     /// order again when a conflict was found.
     pub fn add_multi_walk(
