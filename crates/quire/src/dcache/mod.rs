@@ -106,7 +106,7 @@ use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 use std::ptr::{self, NonNull};
-use std::sync::{Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard};
+use std::sync::{PoisonError, RwLock, RwLockReadGuard};
 use std::time::{Duration, Instant};
 
 use rustix::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -118,7 +118,7 @@ pub use entry::{Dentry, DentryRef, FileKind, Identity};
 pub use error::DcacheError;
 
 use crate::stats::{self, Event};
-use crate::sync::loom::Ordering;
+use crate::sync::loom::{Mutex, MutexGuard, Ordering};
 use crate::sync::rcu;
 use entry::{LinkTarget, KIND_DIR, KIND_NEGATIVE, KIND_SYMLINK};
 use path::{
@@ -370,9 +370,7 @@ impl Dcache {
     fn dir_lock(&self, dir: &Dentry) -> MutexGuard<'_, ()> {
         let a = ptr::from_ref(dir) as usize;
         let i = (a >> 6).wrapping_mul(0x9E37_79B9) >> 7;
-        self.dir_locks[i % DIR_LOCKS]
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        self.dir_locks[i % DIR_LOCKS].lock()
     }
 
     fn check_mine(&self, r: &DentryRef<'_>) -> Result<(), DcacheError> {

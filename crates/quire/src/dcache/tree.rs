@@ -42,13 +42,8 @@
 use std::ptr::{self, NonNull};
 use std::sync::atomic::AtomicUsize as StdAtomicUsize;
 
-#[cfg(loom)]
-use loom::sync::{Mutex, MutexGuard};
-#[cfg(not(loom))]
-use std::sync::{Mutex, MutexGuard};
-
 use crate::sync::lockref::{LockRefGuard, RefPolicy};
-use crate::sync::loom::{spin_loop, yield_now, AtomicUsize, Ordering};
+use crate::sync::loom::{AtomicUsize, Mutex, MutexGuard, Ordering, SpinWait};
 use crate::sync::rcu;
 
 use super::entry::{
@@ -81,7 +76,7 @@ impl Bucket {
 
     /// Takes the bucket lock and returns the head.
     fn lock(&self) -> *mut Dentry {
-        let mut spins = 0;
+        let mut wait = SpinWait::new(BUCKET_SPINS);
         loop {
             let v = self.head.load(Ordering::Relaxed);
             if v & BUCKET_LOCKED == 0
@@ -97,12 +92,7 @@ impl Bucket {
             {
                 return v as *mut Dentry;
             }
-            if spins < BUCKET_SPINS {
-                spins += 1;
-                spin_loop();
-            } else {
-                yield_now();
-            }
+            wait.wait();
         }
     }
 
@@ -206,12 +196,6 @@ impl Drop for RenameGuard<'_> {
         // Runs before the mutex guard (a field) is dropped.
         self.core.rename_seq.write_end();
     }
-}
-
-fn lock_mutex<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panic while holding one of these mutexes leaves nothing half-done that a later holder
-    // could trip on (the list or the unit value), so poisoning is ignored.
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Core {
@@ -384,7 +368,7 @@ impl Core {
     pub fn lookup_ref(&self, parent: &Dentry, name: &[u8], hash: u64) -> Option<DentryRef<'_>> {
         let mut tries = 0;
         loop {
-            let locked = (tries >= 2).then(|| lock_mutex(&self.rename_mutex));
+            let locked = (tries >= 2).then(|| self.rename_mutex.lock());
             let s = if locked.is_some() {
                 0
             } else {
@@ -502,7 +486,7 @@ impl Core {
     /// Starts a rename: the rename mutex is held and the rename sequence count is odd until the
     /// guard is dropped.
     pub fn rename_begin(&self) -> RenameGuard<'_> {
-        let m = lock_mutex(&self.rename_mutex);
+        let m = self.rename_mutex.lock();
         self.rename_seq.write_begin();
         RenameGuard {
             core: self,
@@ -731,7 +715,7 @@ impl Core {
         if f & ON_LRU != 0 {
             return false;
         }
-        let mut lru = lock_mutex(&self.lru);
+        let mut lru = self.lru.lock();
         // SAFETY: `d` is alive (we hold its lock, it is not dead) and not on the list (ON_LRU
         // is clear and changes only under both its lock and the LRU mutex).
         unsafe { lru.push_back(d) };
@@ -757,7 +741,7 @@ impl Core {
                 d.seq.invalidate();
             }
             if f & ON_LRU != 0 {
-                let mut lru = lock_mutex(&self.lru);
+                let mut lru = self.lru.lock();
                 // SAFETY: ON_LRU is set, so `d` is on the list.
                 unsafe { lru.remove(d) };
                 d.flags.fetch_and(!ON_LRU, Ordering::Release);
@@ -820,7 +804,7 @@ impl Core {
     fn shrink_inner(&self, nr: usize, ignore_referenced: bool) -> usize {
         let mut dispose: Vec<NonNull<Dentry>> = Vec::new();
         {
-            let mut lru = lock_mutex(&self.lru);
+            let mut lru = self.lru.lock();
             let mut budget = lru.len.saturating_mul(2);
             while dispose.len() < nr && budget > 0 && !lru.head.is_null() {
                 budget -= 1;
@@ -876,7 +860,7 @@ impl Core {
     pub fn path_of(&self, d: &Dentry) -> (Vec<u8>, bool) {
         let mut tries = 0;
         loop {
-            let locked = (tries >= 2).then(|| lock_mutex(&self.rename_mutex));
+            let locked = (tries >= 2).then(|| self.rename_mutex.lock());
             let s = if locked.is_some() {
                 0
             } else {

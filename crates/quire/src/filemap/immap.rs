@@ -24,7 +24,9 @@
 //! must therefore not call back into the page cache.
 
 use std::ops::Range;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use crate::sync::loom::{Mutex, MutexGuard};
 
 use super::mapping::Mapping;
 use crate::mem::folio::{Folio, FolioGuard};
@@ -84,8 +86,8 @@ impl IMmap {
         }
     }
 
-    fn list(&self) -> std::sync::MutexGuard<'_, Vec<Arc<dyn FileVma>>> {
-        self.vmas.lock().unwrap_or_else(|e| e.into_inner())
+    fn list(&self) -> MutexGuard<'_, Vec<Arc<dyn FileVma>>> {
+        self.vmas.lock()
     }
 
     /// The mappings that cover any of `pages`.

@@ -218,8 +218,8 @@ impl Readahead {
         })
     }
 
-    fn locked(&self) -> std::sync::MutexGuard<'_, RaState> {
-        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+    fn locked(&self) -> MutexGuard<'_, RaState> {
+        let mut st = self.state.lock();
         let prev = self.prev.load(Ordering::Relaxed);
         st.prev = (prev != u64::MAX).then_some(prev);
         st
@@ -279,8 +279,8 @@ pub fn folio_orders(start: u64, nr: u64, max_order: u32) -> Vec<(u64, u32)> {
     out
 }
 
+use crate::sync::loom::{Mutex, MutexGuard};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
 
 use crossbeam_utils::CachePadded;
 

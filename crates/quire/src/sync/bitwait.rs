@@ -54,13 +54,8 @@ use std::sync::atomic::{AtomicU32 as StdAtomicU32, Ordering as StdOrdering};
 use std::time::Instant;
 
 use crate::stats::{count, Event};
-use crate::sync::loom::{AtomicBool, AtomicU64, Ordering};
+use crate::sync::loom::{AtomicBool, AtomicU64, Mutex, Ordering};
 use crate::sync::parking::{self, FilterOp, ParkResult};
-
-#[cfg(loom)]
-use loom::sync::Mutex;
-#[cfg(not(loom))]
-use std::sync::Mutex;
 
 /// The lock bit.
 pub const LOCKED: u64 = 1 << 0;
@@ -187,7 +182,7 @@ impl Cancel {
         // Pairs with the sleeper's registration then flag test in `validate`: either the sleeper
         // sees the flag and does not sleep, or we see its registration and wake it.
         self.cancelled.store(true, Ordering::SeqCst);
-        let waits = self.waits.lock().unwrap();
+        let waits = self.waits.lock();
         for r in waits.iter() {
             count(Event::WaitTableLookups);
             let word = r.word as *const AtomicU64;
@@ -225,11 +220,11 @@ impl Cancel {
     }
 
     fn register(&self, r: Registration) {
-        self.waits.lock().unwrap().push(r);
+        self.waits.lock().push(r);
     }
 
     fn deregister(&self, waiter: usize) {
-        let mut waits = self.waits.lock().unwrap();
+        let mut waits = self.waits.lock();
         if let Some(i) = waits.iter().position(|r| r.waiter == waiter) {
             waits.swap_remove(i);
         }
@@ -703,7 +698,7 @@ mod tests {
         let c = Cancel::with_deadline(Instant::now() + Duration::from_millis(30));
         assert_eq!(lock_cancellable(&w, &c), Err(WaitError::TimedOut));
         assert_eq!(w.load(Ordering::Relaxed), LOCKED, "no WAITERS left behind");
-        assert!(c.waits.lock().unwrap().is_empty());
+        assert!(c.waits.lock().is_empty());
         let c = Cancel::with_deadline(Instant::now() + Duration::from_millis(10));
         assert_eq!(
             wait_clear_cancellable(&w, LOCKED, &c),
@@ -728,7 +723,7 @@ mod tests {
                 })
             })
             .collect();
-        while c.waits.lock().unwrap().len() < 3 {
+        while c.waits.lock().len() < 3 {
             std::thread::yield_now();
         }
         c.cancel();
@@ -754,7 +749,7 @@ mod tests {
             let (w, c) = (w.clone(), c.clone());
             std::thread::spawn(move || lock_cancellable(&w, &c))
         };
-        while c.waits.lock().unwrap().is_empty() {
+        while c.waits.lock().is_empty() {
             std::thread::yield_now();
         }
         c.cancel();

@@ -67,7 +67,7 @@
 //!
 //! # Spinning
 //!
-//! The lock is test-and-test-and-set: spin on plain loads with [`spin_loop`] until the lock half
+//! The lock is test-and-test-and-set: spin on plain loads with [`spin_loop`](crate::sync::loom::spin_loop) until the lock half
 //! reads free, then try to set `LOCKED` with a compare-and-swap of the whole word (a failure
 //! because a lock-free get or put moved the count meanwhile is retried at once). A compare-and-swap
 //! rather than a `fetch_or`, so that nobody but the holder ever writes a locked word: a waiter
@@ -83,7 +83,7 @@
 //! taken by the callers' locked sections and by the rare fallback of the lock-free loop.
 
 use crate::stats::{self, Event};
-use crate::sync::loom::{spin_loop, yield_now, AtomicU64, Ordering};
+use crate::sync::loom::{AtomicU64, Ordering, SpinWait};
 use std::fmt;
 
 /// Bit 0: the spinlock.
@@ -97,7 +97,7 @@ const ONE: u64 = 1 << 32;
 /// kernel's `CMPXCHG_LOOP` retry budget).
 pub const CMPXCHG_TRIES: u32 = 100;
 
-/// How many rounds a waiter for the lock spins on [`spin_loop`] before it starts yielding its time
+/// How many rounds a waiter for the lock spins on [`spin_loop`](crate::sync::loom::spin_loop) before it starts yielding its time
 /// slice on every round.
 pub const SPINS_BEFORE_YIELD: u32 = 128;
 
@@ -396,14 +396,9 @@ impl LockRef {
     #[cold]
     #[inline(never)]
     fn lock_contended(&self) -> LockRefGuard<'_> {
-        let mut spins = 0u32;
+        let mut wait = SpinWait::new(SPINS_BEFORE_YIELD);
         loop {
-            if spins < SPINS_BEFORE_YIELD {
-                spins += 1;
-                spin_loop();
-            } else {
-                yield_now();
-            }
+            wait.wait();
             if let Some(g) = self.lock_from(self.word.load(Ordering::Relaxed)) {
                 return g;
             }

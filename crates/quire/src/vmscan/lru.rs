@@ -125,7 +125,7 @@ impl Lruvec {
     /// Takes the LRU lock (the kernel's `lruvec->lru_lock`).
     pub(crate) fn lock<'a>(&'a self, pool: &'a FramePool) -> LruGuard<'a> {
         LruGuard {
-            lists: self.lists.lock().unwrap_or_else(|e| e.into_inner()),
+            lists: self.lists.lock(),
             vec: self,
             pool,
         }

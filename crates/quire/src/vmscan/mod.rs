@@ -53,7 +53,9 @@ mod swap;
 pub mod workingset;
 
 use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use crate::sync::loom::Mutex;
 use std::time::Duration;
 
 pub use lru::{Lru, NR_LRU_LISTS};

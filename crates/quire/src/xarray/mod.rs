@@ -95,13 +95,8 @@ use std::sync::atomic::AtomicUsize as PlainUsize;
 use std::sync::Arc;
 
 use crate::stats::{self, Event};
-use crate::sync::loom::{AtomicU32, AtomicUsize, Ordering};
+use crate::sync::loom::{AtomicU32, AtomicUsize, Mutex, Ordering};
 use crate::sync::rcu::{self, Guard};
-
-#[cfg(loom)]
-use loom::sync::Mutex;
-#[cfg(not(loom))]
-use std::sync::Mutex;
 
 #[cfg(not(target_pointer_width = "64"))]
 compile_error!("the XArray packs 63-bit values into pointer-sized words: it needs a 64-bit target");

@@ -12,10 +12,7 @@
 use std::mem::ManuallyDrop;
 use std::ptr;
 
-#[cfg(loom)]
-use loom::sync::MutexGuard;
-#[cfg(not(loom))]
-use std::sync::MutexGuard;
+use crate::sync::loom::MutexGuard;
 
 use super::*;
 
@@ -167,7 +164,7 @@ pub struct XaLock<'a, P: XaPointer> {
 
 impl<'a, P: XaPointer> XaLock<'a, P> {
     pub(super) fn new(xa: &'a XArray<P>) -> XaLock<'a, P> {
-        let held = xa.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let held = xa.lock.lock();
         XaLock {
             xa,
             _held: held,
