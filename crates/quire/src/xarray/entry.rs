@@ -279,7 +279,7 @@ impl<P> Entry<P> {
 }
 
 impl<T> Entry<&T> {
-    /// The entry with its pointer as a raw pointer (what [`XArray::cmpxchg`] compares with).
+    /// The entry with its pointer as a raw pointer (what [`XArray::cmpxchg`](super::XArray::cmpxchg) compares with).
     pub fn as_raw(&self) -> Entry<*const T> {
         match self {
             Entry::Pointer(p) => Entry::Pointer(*p as *const T),

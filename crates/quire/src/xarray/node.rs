@@ -4,7 +4,10 @@
 use std::sync::atomic::{AtomicBool as PlainBool, AtomicU8 as PlainU8, AtomicUsize as PlainUsize};
 
 use super::entry::mk_sibling;
-use super::{CHUNK, NR_MARKS};
+use std::ptr;
+
+use super::entry::order_of;
+use super::{XArray, XaPointer, CHUNK, NR_MARKS};
 use crate::sync::loom::{AtomicU64, AtomicUsize, Ordering};
 
 /// One node of the tree; see the module documentation for its layout.
@@ -149,5 +152,49 @@ impl Node {
             n += 1;
         }
         n
+    }
+}
+
+/// Where a walk ended — the lock-free walk of a reader ([`XArray::locate`]) or a writer's walk
+/// under the lock (`XaLock::entry_at`): the node holding the entry (null for the head) and the
+/// entry's word. The kernel keeps the same in its `xa_state` (`xa_node`, `xa_offset`).
+#[derive(Clone, Copy)]
+pub(super) struct Spot {
+    /// The node whose slot holds the entry; null when the entry is the head's (or none).
+    pub(super) node: *const Node,
+    /// The entry's canonical slot in `node`.
+    pub(super) canon: usize,
+    /// 0 or an entry word.
+    pub(super) word: usize,
+}
+
+impl Spot {
+    pub(super) const EMPTY: Spot = Spot {
+        node: ptr::null(),
+        canon: 0,
+        word: 0,
+    };
+
+    /// The entry's order (0 if none).
+    pub(super) fn order(&self) -> u32 {
+        if self.word == 0 || self.node.is_null() {
+            return 0;
+        }
+        // SAFETY: the node was reached under the guard the caller still holds, or under the
+        // array's lock, which the caller still holds; either keeps it from being freed.
+        let node = unsafe { &*self.node };
+        order_of(node.shift(), node.extent(self.canon))
+    }
+
+    /// The entry's marks as a 3-bit set (0 if none).
+    pub(super) fn marks<P: XaPointer>(&self, xa: &XArray<P>) -> u8 {
+        if self.word == 0 {
+            0
+        } else if self.node.is_null() {
+            xa.head_marks.load(Ordering::Acquire) as u8
+        } else {
+            // SAFETY: as in `order`.
+            unsafe { (*self.node).marks_at(self.canon) }
+        }
     }
 }

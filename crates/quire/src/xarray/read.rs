@@ -13,47 +13,6 @@ use std::ptr;
 
 use super::*;
 
-/// Where a walk ended: the node holding the entry (null for the head) and the entry's word.
-#[derive(Clone, Copy)]
-pub(super) struct Spot {
-    /// The node whose slot holds the entry; null when the entry is the head's (or none).
-    pub(super) node: *const Node,
-    /// The entry's canonical slot in `node`.
-    pub(super) canon: usize,
-    /// 0 or an entry word.
-    pub(super) word: usize,
-}
-
-impl Spot {
-    const EMPTY: Spot = Spot {
-        node: ptr::null(),
-        canon: 0,
-        word: 0,
-    };
-
-    /// The entry's order (0 if none).
-    pub(super) fn order(&self) -> u32 {
-        if self.word == 0 || self.node.is_null() {
-            return 0;
-        }
-        // SAFETY: the node was reached under the guard the caller still holds.
-        let node = unsafe { &*self.node };
-        order_of(node.shift(), node.extent(self.canon))
-    }
-
-    /// The entry's marks as a 3-bit set (0 if none).
-    pub(super) fn marks<P: XaPointer>(&self, xa: &XArray<P>) -> u8 {
-        if self.word == 0 {
-            0
-        } else if self.node.is_null() {
-            xa.head_marks.load(Ordering::Acquire) as u8
-        } else {
-            // SAFETY: as in `order`.
-            unsafe { (*self.node).marks_at(self.canon) }
-        }
-    }
-}
-
 impl<P: XaPointer> XArray<P> {
     /// Walks from the head to the entry covering `index` (one counted walk per start).
     #[inline]

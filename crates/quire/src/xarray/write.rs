@@ -75,35 +75,6 @@ impl Path {
     }
 }
 
-/// The entry a writer found covering an index.
-#[derive(Clone, Copy)]
-struct Loc {
-    /// The node holding it; null for the head entry (or none).
-    node: *const Node,
-    canon: usize,
-    /// 0 or an entry word.
-    word: usize,
-    nslots: usize,
-}
-
-impl Loc {
-    const EMPTY: Loc = Loc {
-        node: ptr::null(),
-        canon: 0,
-        word: 0,
-        nslots: 0,
-    };
-
-    fn order(&self) -> u32 {
-        if self.word == 0 || self.node.is_null() {
-            0
-        } else {
-            // SAFETY: found under the lock, still linked.
-            order_of(unsafe { nd(self.node) }.shift(), self.nslots)
-        }
-    }
-}
-
 /// Unused nodes are freed when it is dropped.
 pub struct NodeReserve {
     // Boxed: each node is handed over to the tree as its own allocation.
@@ -310,22 +281,21 @@ impl<'a, P: XaPointer> XaLock<'a, P> {
     }
 
     /// The entry covering `index`, for a path walked to the bottom.
-    fn entry_at(&self, path: &Path, index: u64) -> Loc {
+    fn entry_at(&self, path: &Path, index: u64) -> Spot {
         if path.len == 0 {
             let h = self.head();
             return if index == 0 && is_entry(h) {
-                Loc {
+                Spot {
                     word: h,
-                    nslots: 1,
-                    ..Loc::EMPTY
+                    ..Spot::EMPTY
                 }
             } else {
-                Loc::EMPTY
+                Spot::EMPTY
             };
         }
         // SAFETY: nodes on a path are linked while the lock is held.
         if !covers(unsafe { nd(path.nodes[0]) }.shift(), index) {
-            return Loc::EMPTY;
+            return Spot::EMPTY;
         }
         let p = path.last();
         // SAFETY: as above.
@@ -338,13 +308,12 @@ impl<'a, P: XaPointer> XaLock<'a, P> {
             w = node.slot(canon);
         }
         if !is_entry(w) {
-            return Loc::EMPTY;
+            return Spot::EMPTY;
         }
-        Loc {
+        Spot {
             node: p,
             canon,
             word: w,
-            nslots: node.extent(canon),
         }
     }
 
@@ -724,15 +693,7 @@ impl<'a, P: XaPointer> XaLock<'a, P> {
     }
 
     fn get_mark_at(&self, path: &Path, index: u64, mark: Mark) -> bool {
-        let loc = self.entry_at(path, index);
-        if loc.word == 0 {
-            false
-        } else if loc.node.is_null() {
-            self.head_marks() & mark.bit() != 0
-        } else {
-            // SAFETY: found under the lock, linked.
-            unsafe { nd(loc.node) }.marks_at(loc.canon) & mark.bit() != 0
-        }
+        self.entry_at(path, index).marks(self.xa) & mark.bit() != 0
     }
 
     // ---- public operations ----
