@@ -159,6 +159,7 @@ fn removal_releases_the_index_reference() {
         slot.store(std::ptr::null_mut(), Ordering::Release);
         // SAFETY: the slot's reference is gone with the slot entry.
         assert!(!unsafe { frozen.release_raw_refs(2) });
+        // SAFETY: the slot held the one raw reference and was emptied above; nobody uses it.
         assert!(unsafe { frozen.release_raw_refs(1) });
         frozen.clear_uptodate();
     }
