@@ -298,12 +298,14 @@ impl Dcache {
 
     /// Evicts up to `nr` unused entries (coldest first, with a second chance for recently used
     /// ones); returns how many were freed.
+    #[doc(alias = "prune_dcache_sb")]
     pub fn shrink(&self, nr: usize) -> usize {
         self.core.shrink(nr)
     }
 
     /// Evicts every unused entry; afterwards only entries in use and their ancestors remain.
     /// Returns how many were freed.
+    #[doc(alias = "shrink_dcache_sb")]
     pub fn shrink_all(&self) -> usize {
         self.core.shrink_all()
     }
@@ -328,6 +330,7 @@ impl Dcache {
     /// suffix ` (deleted)` if `d` (or an ancestor) is no longer hashed. `d` should belong to this
     /// cache: for an entry of another cache the result is that cache's path, but not protected
     /// against that cache's concurrent renames.
+    #[doc(alias = "dentry_path_raw")]
     pub fn path_of(&self, d: &Dentry) -> PathBuf {
         let (mut p, deleted) = self.core.path_of(d);
         if deleted {

@@ -11,6 +11,7 @@ impl Dcache {
 
     /// Resolves `path` from the root, following symbolic links, and returns a reference to the
     /// entry it names. A missing name is `NotFound` (and is cached as a negative entry).
+    #[doc(alias("kern_path", "path_lookupat"))]
     pub fn walk(&self, path: impl AsRef<Path>) -> Result<DentryRef<'_>, DcacheError> {
         self.walk_inner(path.as_ref(), true)
     }
@@ -50,6 +51,7 @@ impl Dcache {
     }
 
     /// The lock-free walk; see the module documentation.
+    #[doc(alias("link_path_walk", "lookup_fast"))]
     fn walk_rcu(&self, path: &[u8], follow: bool, now: u64) -> Fast<'_> {
         let g = rcu::pin();
         let root = self.core.root();
@@ -134,6 +136,7 @@ impl Dcache {
     }
 
     /// The reference walk; see the module documentation.
+    #[doc(alias = "walk_component")]
     fn walk_ref(
         &self,
         path: &Path,
@@ -232,6 +235,7 @@ impl Dcache {
 
     /// Checks the cached `d` (for `name` in `parent`) against the file system: keeps it if its
     /// identity (or absence) still holds, else replaces it with an entry for what is there now.
+    #[doc(alias = "d_revalidate")]
     fn revalidate<'s>(
         &'s self,
         parent: &DentryRef<'s>,
@@ -319,6 +323,7 @@ impl Dcache {
     }
 
     /// Looks up one `name` in the directory `parent` (no symlink is followed).
+    #[doc(alias = "lookup_one")]
     pub fn lookup(
         &self,
         parent: &DentryRef<'_>,
@@ -535,6 +540,7 @@ impl Dcache {
 
     /// Creates the regular file `name` in `parent` (it must not exist; mode 0644) and returns
     /// its entry.
+    #[doc(alias = "vfs_create")]
     pub fn create_at(
         &self,
         parent: &DentryRef<'_>,
@@ -555,6 +561,7 @@ impl Dcache {
     }
 
     /// Creates the directory `name` in `parent` (mode 0755) and returns its entry.
+    #[doc(alias = "vfs_mkdir")]
     pub fn mkdir_at(
         &self,
         parent: &DentryRef<'_>,
@@ -568,6 +575,7 @@ impl Dcache {
     }
 
     /// Creates the symbolic link `name` in `parent`, pointing to `target`, and returns its entry.
+    #[doc(alias = "vfs_symlink")]
     pub fn symlink_at(
         &self,
         parent: &DentryRef<'_>,
@@ -589,6 +597,7 @@ impl Dcache {
 
     /// Removes the non-directory `name` from `parent`. Its entry becomes unhashed (holders see
     /// it as deleted) and a negative entry takes its place.
+    #[doc(alias = "vfs_unlink")]
     pub fn unlink_at(
         &self,
         parent: &DentryRef<'_>,
@@ -604,6 +613,7 @@ impl Dcache {
 
     /// Removes the empty directory `name` from `parent`; as [`unlink_at`](Self::unlink_at)
     /// for the entries. Cached negative entries under it stay until the LRU evicts them.
+    #[doc(alias = "vfs_rmdir")]
     pub fn rmdir_at(
         &self,
         parent: &DentryRef<'_>,
@@ -640,6 +650,7 @@ impl Dcache {
     /// `EEXIST` (an `Io` error) if the new name exists; `Exchange` swaps the two names, which
     /// must both exist — each entry moves to the other's place, with its cached children, and
     /// references held on either keep following its file.
+    #[doc(alias("vfs_rename", "renameat2"))]
     pub fn rename_at2(
         &self,
         old_parent: &DentryRef<'_>,

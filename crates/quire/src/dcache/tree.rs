@@ -329,6 +329,7 @@ impl Core {
     /// kernel's `__d_lookup_rcu`), returning it with a snapshot of its sequence count under which
     /// its parent and name matched. `None` may be a false miss (see the module documentation).
     #[inline]
+    #[doc(alias = "__d_lookup_rcu")]
     pub(crate) fn lookup_rcu<'g>(
         &self,
         parent: &Dentry,
@@ -365,6 +366,7 @@ impl Core {
     /// Finds the hashed, live entry for `(parent, name)` and takes a reference on it (the
     /// kernel's `d_lookup`). A miss is exact: it is retried when a rename ran during the scan,
     /// and the third try holds the rename mutex.
+    #[doc(alias = "__d_lookup")]
     pub fn lookup_ref(&self, parent: &Dentry, name: &[u8], hash: u64) -> Option<DentryRef<'_>> {
         let mut tries = 0;
         loop {
@@ -781,6 +783,7 @@ impl Core {
     /// Evicts up to `nr` unused entries from the cold end of the LRU; returns how many it
     /// killed. Entries used since the last pass get a second chance; entries found in use are
     /// taken off the list (their last `dput` puts them back).
+    #[doc(alias = "prune_dcache_sb")]
     pub fn shrink(&self, nr: usize) -> usize {
         self.shrink_inner(nr, false)
     }
@@ -788,6 +791,7 @@ impl Core {
     /// Evicts every unused entry, repeating while evictions leave parents unused; returns how
     /// many it killed. Afterwards (if nothing runs concurrently) the cache holds only entries in
     /// use and their ancestors. Stops when a pass makes no progress.
+    #[doc(alias = "shrink_dcache_sb")]
     pub fn shrink_all(&self) -> usize {
         let mut total = 0;
         loop {

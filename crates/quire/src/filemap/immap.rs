@@ -110,11 +110,13 @@ impl IMmap {
 
 impl Mapping {
     /// Adds a space's mapping of this file to its reverse map.
+    #[doc(alias = "vma_interval_tree_insert")]
     pub(crate) fn i_mmap_add(&self, vma: Arc<dyn FileVma>) {
         self.i_mmap.list().push(vma);
     }
 
     /// Removes a mapping added with [`Mapping::i_mmap_add`] (the same `Arc`).
+    #[doc(alias = "vma_interval_tree_remove")]
     pub(crate) fn i_mmap_remove(&self, vma: &Arc<dyn FileVma>) {
         self.i_mmap
             .list()

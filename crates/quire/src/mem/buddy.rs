@@ -396,6 +396,7 @@ impl Buddy {
     /// Allocates a block of 2^`order` frames, naturally aligned (its first frame is a multiple of
     /// 2^`order`), and returns its first frame. `None` when no such block is free after the
     /// caches were drained, or when `order > MAX_ORDER`.
+    #[doc(alias("__alloc_pages", "rmqueue"))]
     pub fn alloc(&self, order: u32) -> Option<u32> {
         if order > MAX_ORDER {
             return None;
@@ -451,6 +452,7 @@ impl Buddy {
     /// `pfn` must have been returned by [`Buddy::alloc`] of this allocator with this `order`, and
     /// not freed since. (The allocator itself stays memory safe either way, but whoever hands the
     /// frames' memory out relies on no frame being handed out twice.)
+    #[doc(alias("__free_pages", "free_one_page"))]
     pub unsafe fn free(&self, pfn: u32, order: u32) {
         debug_assert!(order <= MAX_ORDER && (pfn as usize) < self.nr_frames);
         debug_assert_eq!(pfn % (1 << order), 0, "misaligned free of frame {pfn}");
@@ -477,6 +479,7 @@ impl Buddy {
 
     /// Returns every frame held in the order-0 caches to the free lists (where it merges with its
     /// buddies). Returns how many frames were moved.
+    #[doc(alias = "drain_all_pages")]
     pub fn drain(&self) -> usize {
         let mut moved = 0;
         let mut frames = Vec::new();

@@ -198,6 +198,7 @@ impl FramePool {
     /// Allocates a folio of 2^`order` frames with one reference, unlocked, with no flags but
     /// its order, no owner and index 0. Its bytes are *not* zeroed. `None` when no block of that
     /// order is free (after draining the order-0 caches) or when `order > MAX_ORDER`.
+    #[doc(alias = "folio_alloc")]
     pub fn alloc(&self, order: u32) -> Option<FolioRef<'_>> {
         let pfn = self.buddy.alloc(order)? as usize;
         let folio = &self.descs[pfn];
@@ -291,6 +292,7 @@ impl FramePool {
     }
 
     /// Returns a folio whose last reference was just put.
+    #[doc(alias = "free_unref_folios")]
     pub(crate) fn free_folio(&self, folio: &Folio) {
         let order = folio.reset_freed();
         let pfn = self.pfn_of_desc(folio);
@@ -301,6 +303,7 @@ impl FramePool {
     }
 
     /// Returns the frames cached for order-0 allocations to the free lists; returns how many.
+    #[doc(alias = "drain_all_pages")]
     pub fn drain(&self) -> usize {
         self.buddy.drain()
     }

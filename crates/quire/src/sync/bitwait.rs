@@ -267,12 +267,14 @@ impl WaitPolicy {
 
     /// Takes the lock bit if it is free. Acquire ordering on success.
     #[inline(always)]
+    #[doc(alias = "folio_trylock")]
     pub fn try_lock(self, word: &AtomicU64) -> bool {
         try_lock(word)
     }
 
     /// Takes the lock bit, sleeping while another thread holds it.
     #[inline(always)]
+    #[doc(alias("folio_lock", "__folio_lock"))]
     pub fn lock(self, word: &AtomicU64) {
         if !try_lock(word) {
             // Without a cancel the wait cannot fail.
@@ -282,6 +284,7 @@ impl WaitPolicy {
 
     /// Takes the lock bit, or gives up when `cancel` says so.
     #[inline]
+    #[doc(alias = "folio_lock_killable")]
     pub fn lock_cancellable(self, word: &AtomicU64, cancel: &Cancel) -> Result<(), WaitError> {
         if try_lock(word) {
             return Ok(());
@@ -291,12 +294,14 @@ impl WaitPolicy {
 
     /// Releases the lock bit (release ordering) and wakes a waiter if one may be sleeping.
     #[inline(always)]
+    #[doc(alias = "folio_unlock")]
     pub fn unlock(self, word: &AtomicU64) {
         self.clear_and_wake(word, LOCKED);
     }
 
     /// Sleeps until `bit` is clear (acquire ordering on return).
     #[inline(always)]
+    #[doc(alias = "folio_wait_bit")]
     pub fn wait_clear(self, word: &AtomicU64, bit: u64) {
         if word.load(Ordering::Acquire) & bit != 0 {
             let _ = wait_slow(word, bit, false, self, None);
@@ -305,6 +310,7 @@ impl WaitPolicy {
 
     /// Sleeps until `bit` is clear, or gives up when `cancel` says so.
     #[inline]
+    #[doc(alias = "folio_wait_bit_killable")]
     pub fn wait_clear_cancellable(
         self,
         word: &AtomicU64,
@@ -321,6 +327,7 @@ impl WaitPolicy {
     /// wait table only if the word says somebody may be waiting (or always, under
     /// [`WaitPolicy::AlwaysLookup`]).
     #[inline(always)]
+    #[doc(alias = "clear_bit_unlock_is_negative_byte")]
     pub fn clear_and_wake(self, word: &AtomicU64, bit: u64) {
         let prev = word.fetch_and(!bit, Ordering::Release);
         if !self.uses_waiters_bit() || prev & WAITERS != 0 {
@@ -331,6 +338,7 @@ impl WaitPolicy {
     /// Wakes the waiters of `bit`, for an owner that cleared it some other way. Always looks up
     /// the wait table.
     #[cold]
+    #[doc(alias("folio_wake_bit", "wake_up_page_bit"))]
     pub fn wake_bit(self, word: &AtomicU64, bit: u64) {
         count(Event::WaitTableLookups);
         let key = self.key(word);
@@ -396,12 +404,14 @@ impl WaitPolicy {
 
 /// Takes the lock bit if it is free. Acquire ordering on success.
 #[inline(always)]
+#[doc(alias = "folio_trylock")]
 pub fn try_lock(word: &AtomicU64) -> bool {
     word.fetch_or(LOCKED, Ordering::Acquire) & LOCKED == 0
 }
 
 /// Takes the lock bit, sleeping while another thread holds it.
 #[inline(always)]
+#[doc(alias("folio_lock", "__folio_lock"))]
 pub fn lock(word: &AtomicU64) {
     WaitPolicy::Exact.lock(word)
 }
@@ -409,6 +419,7 @@ pub fn lock(word: &AtomicU64) {
 /// Takes the lock bit, or gives up when `cancel` says so; on error the lock is not held and no
 /// trace of the wait is left.
 #[inline]
+#[doc(alias = "folio_lock_killable")]
 pub fn lock_cancellable(word: &AtomicU64, cancel: &Cancel) -> Result<(), WaitError> {
     WaitPolicy::Exact.lock_cancellable(word, cancel)
 }
@@ -416,6 +427,7 @@ pub fn lock_cancellable(word: &AtomicU64, cancel: &Cancel) -> Result<(), WaitErr
 /// Releases the lock bit: one release read-modify-write; the wait table is touched only if
 /// [`WAITERS`] was set.
 #[inline(always)]
+#[doc(alias = "folio_unlock")]
 pub fn unlock(word: &AtomicU64) {
     WaitPolicy::Exact.unlock(word)
 }
@@ -423,12 +435,14 @@ pub fn unlock(word: &AtomicU64) {
 /// Sleeps until `bit` is clear (acquire ordering on return): "wait until unlocked", "wait for
 /// write-back".
 #[inline(always)]
+#[doc(alias = "folio_wait_bit")]
 pub fn wait_clear(word: &AtomicU64, bit: u64) {
     WaitPolicy::Exact.wait_clear(word, bit)
 }
 
 /// Sleeps until `bit` is clear, or gives up when `cancel` says so.
 #[inline]
+#[doc(alias = "folio_wait_bit_killable")]
 pub fn wait_clear_cancellable(
     word: &AtomicU64,
     bit: u64,
@@ -439,6 +453,7 @@ pub fn wait_clear_cancellable(
 
 /// Clears `bit` (release) and wakes its waiters: "end of write-back".
 #[inline(always)]
+#[doc(alias = "clear_bit_unlock_is_negative_byte")]
 pub fn clear_and_wake(word: &AtomicU64, bit: u64) {
     WaitPolicy::Exact.clear_and_wake(word, bit)
 }

@@ -224,6 +224,7 @@ impl LockRef {
     /// Adds one to the count, whatever it is (the caller already holds a reference or knows the
     /// object is live).
     #[inline]
+    #[doc(alias = "lockref_get")]
     pub fn get(&self) {
         if !self.spinlock() {
             if let Cas::Done(_) =
@@ -241,6 +242,7 @@ impl LockRef {
     /// reference was taken.
     #[inline]
     #[must_use = "false means no reference was taken"]
+    #[doc(alias = "lockref_get_not_zero")]
     pub fn get_not_zero(&self) -> bool {
         let mut g = if !self.spinlock() {
             match self.cmpxchg_loop(Ordering::Acquire, |w| {
@@ -265,6 +267,7 @@ impl LockRef {
     /// reference was taken.
     #[inline]
     #[must_use = "false means no reference was taken"]
+    #[doc(alias = "lockref_get_not_dead")]
     pub fn get_not_dead(&self) -> bool {
         if !self.spinlock() {
             match self.cmpxchg_loop(Ordering::Acquire, |w| {
@@ -283,6 +286,7 @@ impl LockRef {
     /// changes nothing, if the count is one or less.
     #[inline]
     #[must_use = "false means the reference was not dropped"]
+    #[doc(alias = "lockref_put_not_zero")]
     pub fn put_not_zero(&self) -> bool {
         let mut g = if !self.spinlock() {
             match self.cmpxchg_loop(Ordering::Release, |w| {
@@ -312,6 +316,7 @@ impl LockRef {
     /// count that is zero or negative.
     #[inline]
     #[must_use = "None means the reference was not dropped"]
+    #[doc(alias = "lockref_put_return")]
     pub fn put_return(&self) -> Option<i32> {
         if !self.spinlock() {
             match self.cmpxchg_loop(Ordering::AcqRel, |w| {
@@ -337,6 +342,7 @@ impl LockRef {
     /// happens to the object (the kernel's `dput`).
     #[inline]
     #[must_use = "Some means the reference was not dropped and the lock is held"]
+    #[doc(alias = "lockref_put_or_lock")]
     pub fn put_or_lock(&self) -> Option<LockRefGuard<'_>> {
         let mut g = if !self.spinlock() {
             match self.cmpxchg_loop(Ordering::Release, |w| {
@@ -464,6 +470,7 @@ impl<'a> LockRefGuard<'a> {
     /// Marks the object dead: the count becomes [`DEAD_COUNT`], and from now on every
     /// conditional get ([`LockRef::get_not_zero`], [`LockRef::get_not_dead`]) refuses.
     #[inline]
+    #[doc(alias = "lockref_mark_dead")]
     pub fn mark_dead(&mut self) {
         self.set_count(DEAD_COUNT);
     }
@@ -477,6 +484,7 @@ impl<'a> LockRefGuard<'a> {
     /// Adds one to the count unless it is dead; returns whether it did.
     #[inline]
     #[must_use = "false means no reference was taken"]
+    #[doc(alias = "lockref_get_not_dead")]
     pub fn get_not_dead(&mut self) -> bool {
         if self.count < 0 {
             return false;

@@ -384,6 +384,7 @@ pub mod model {
         }
 
         /// Isolates the tail folio of `lru` as reclaim does (a reference, off the list).
+        #[doc(alias = "isolate_lru_folios")]
         pub fn isolate<'p>(&self, pool: &'p FramePool, lru: Lru) -> Option<FolioRef<'p>> {
             let mut g = self.0.lruvec.lock(pool);
             let f = g.tail(lru)?;
@@ -396,6 +397,7 @@ pub mod model {
         }
 
         /// Reclaim's putback.
+        #[doc(alias = "move_folios_to_lru")]
         pub fn putback(&self, pool: &FramePool, folio: FolioRef<'_>) {
             self.0.putback(pool, vec![folio]);
         }

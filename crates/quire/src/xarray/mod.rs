@@ -413,6 +413,7 @@ impl<P: XaPointer> XArray<P> {
     pub const NODE_BYTES: usize = std::mem::size_of::<Node>();
 
     /// Whether the array holds no entry.
+    #[doc(alias = "xa_empty")]
     pub fn is_empty(&self) -> bool {
         self.head.load(Ordering::Acquire) == 0
     }
@@ -423,11 +424,13 @@ impl<P: XaPointer> XArray<P> {
     }
 
     /// Whether any entry has `mark`.
+    #[doc(alias = "xa_marked")]
     pub fn marked(&self, mark: Mark) -> bool {
         self.head_marks.load(Ordering::Acquire) as u8 & mark.bit() != 0
     }
 
     /// Takes the array's lock, to make several changes under one hold.
+    #[doc(alias = "xa_lock")]
     pub fn lock(&self) -> XaLock<'_, P> {
         XaLock::new(self)
     }
@@ -436,6 +439,7 @@ impl<P: XaPointer> XArray<P> {
 
     /// The entry at `index`, if any. Lock-free; the pointer is valid while `guard` lives.
     #[inline]
+    #[doc(alias = "xa_load")]
     pub fn load<'g>(&'g self, index: u64, guard: &'g Guard) -> Option<Entry<&'g P::Target>> {
         let spot = self.locate(index, guard);
         // SAFETY: the word was loaded under `guard`; a pointer in it is dropped only after a
@@ -445,17 +449,20 @@ impl<P: XaPointer> XArray<P> {
     }
 
     /// The order of the entry covering `index`, or 0 if there is none.
+    #[doc(alias = "xa_get_order")]
     pub fn get_order(&self, index: u64, guard: &Guard) -> u32 {
         self.locate(index, guard).order()
     }
 
     /// Whether the entry covering `index` has `mark` (false if there is none).
+    #[doc(alias = "xa_get_mark")]
     pub fn get_mark(&self, index: u64, mark: Mark, guard: &Guard) -> bool {
         self.locate(index, guard).marks(self) & mark.bit() != 0
     }
 
     /// The first entry covering an index in `start ..= max` (an entry covering `start` counts,
     /// and is reported at its first index).
+    #[doc(alias = "xa_find")]
     pub fn find<'g>(
         &'g self,
         start: u64,
@@ -478,6 +485,7 @@ impl<P: XaPointer> XArray<P> {
 
     /// The first entry after the one covering `index` (or after `index` if it is empty) that
     /// starts at most at `max`.
+    #[doc(alias = "xa_find_after")]
     pub fn find_after<'g>(
         &'g self,
         index: u64,
@@ -518,6 +526,7 @@ impl<P: XaPointer> XArray<P> {
     }
 
     /// Every entry, in index order.
+    #[doc(alias = "xa_for_each")]
     pub fn iter<'g>(&'g self, guard: &'g Guard) -> Iter<'g, P> {
         self.range(0, u64::MAX, guard)
     }
@@ -534,6 +543,7 @@ impl<P: XaPointer> XArray<P> {
     /// pinning its own guard and pausing every 64 entries (dropping the guard and resuming after
     /// the last entry seen), so that a long walk does not hold back reclamation. `f` may stop
     /// the walk by returning `ControlFlow::Break`.
+    #[doc(alias = "xa_for_each")]
     pub fn for_each<F>(&self, start: u64, max: u64, mark: Option<Mark>, mut f: F)
     where
         F: FnMut(Found<'_, P::Target>) -> ControlFlow<()>,
@@ -560,6 +570,7 @@ impl<P: XaPointer> XArray<P> {
     }
 
     /// A read cursor at `index`: load once, then re-check the slot after taking a reference.
+    #[doc(alias = "XA_STATE")]
     pub fn cursor<'g>(&'g self, index: u64, guard: &'g Guard) -> Cursor<'g, P> {
         Cursor::new(self, index, guard)
     }
@@ -569,6 +580,7 @@ impl<P: XaPointer> XArray<P> {
     /// Stores `entry` at `index`. If an entry covers `index`, the whole entry is replaced and
     /// the new one keeps its order, first index and marks; `None` dissolves it entirely. Into an
     /// empty index an order-0 entry is stored. Returns the entry replaced.
+    #[doc(alias = "xa_store")]
     pub fn store(
         &self,
         index: u64,
@@ -581,6 +593,7 @@ impl<P: XaPointer> XArray<P> {
     /// down). Every entry overlapping the range is removed — one larger than the range
     /// entirely — and the new entry carries the union of their marks; `None` just removes them.
     /// Returns the first entry removed (lowest index); the others are retired.
+    #[doc(alias = "xa_store_order")]
     pub fn store_order(
         &self,
         index: u64,
@@ -592,6 +605,7 @@ impl<P: XaPointer> XArray<P> {
 
     /// Stores `entry` over `first ..= last` as the fewest largest aligned pieces (each a copy
     /// of the entry, with `store_order` semantics). An empty range or a bad value is an error.
+    #[doc(alias = "xa_store_range")]
     pub fn store_range(
         &self,
         first: u64,
@@ -605,6 +619,7 @@ impl<P: XaPointer> XArray<P> {
     }
 
     /// Removes the entry covering `index` (all of it) and returns it.
+    #[doc(alias = "xa_erase")]
     pub fn erase(&self, index: u64) -> Option<Entry<Retired<P>>> {
         self.lock().erase(index)
     }
@@ -612,6 +627,7 @@ impl<P: XaPointer> XArray<P> {
     /// If the entry covering `index` is `expected` (by pointer identity or value; `None` for
     /// empty), replaces that whole entry by `new` as [`XArray::store`] does and returns the old
     /// one; otherwise returns [`XaError::Mismatch`] with `new` handed back.
+    #[doc(alias = "xa_cmpxchg")]
     pub fn cmpxchg(
         &self,
         index: u64,
@@ -622,11 +638,13 @@ impl<P: XaPointer> XArray<P> {
     }
 
     /// Sets `mark` on the entry covering `index`; false if there is none.
+    #[doc(alias = "xa_set_mark")]
     pub fn set_mark(&self, index: u64, mark: Mark) -> bool {
         self.lock().set_mark(index, mark)
     }
 
     /// Clears `mark` on the entry covering `index`; false if there is none.
+    #[doc(alias = "xa_clear_mark")]
     pub fn clear_mark(&self, index: u64, mark: Mark) -> bool {
         self.lock().clear_mark(index, mark)
     }
@@ -635,6 +653,7 @@ impl<P: XaPointer> XArray<P> {
     /// clone of the pointer) with the entry's marks. The nodes it needs are allocated outside
     /// the lock; if the entry changed meanwhile, it starts over. Splitting to the entry's own
     /// order does nothing.
+    #[doc(alias = "xas_split")]
     pub fn split(&self, index: u64, order: u32) -> Result<(), XaError>
     where
         P: Clone,

@@ -365,12 +365,14 @@ impl<'g, P: XaPointer> Cursor<'g, P> {
     }
 
     /// Moves the cursor to `index` (the next load walks again).
+    #[doc(alias = "xas_set")]
     pub fn set_index(&mut self, index: u64) {
         self.index = index;
         self.spot = None;
     }
 
     /// Walks to the cursor's index and returns its entry.
+    #[doc(alias = "xas_load")]
     pub fn load(&mut self) -> Option<Entry<&'g P::Target>> {
         let spot = self.xa.locate(self.index, self.guard);
         self.spot = Some(spot);
@@ -381,6 +383,7 @@ impl<'g, P: XaPointer> Cursor<'g, P> {
     /// Re-reads the slot the last [`Cursor::load`] reached (walking again only if the tree
     /// changed shape there). Compare its result with what was loaded to know whether a reference
     /// taken in between is to the current entry.
+    #[doc(alias = "xas_reload")]
     pub fn reload(&mut self) -> Option<Entry<&'g P::Target>> {
         let Some(spot) = self.spot else {
             return self.load();
@@ -413,6 +416,7 @@ impl<'g, P: XaPointer> Cursor<'g, P> {
     }
 
     /// The order of the entry the last load found (0 if none).
+    #[doc(alias = "xas_get_order")]
     pub fn order(&self) -> u32 {
         self.spot.map_or(0, |s| s.order())
     }

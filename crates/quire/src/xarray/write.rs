@@ -706,12 +706,14 @@ impl<'a, P: XaPointer> XaLock<'a, P> {
     }
 
     /// The order of the entry covering `index` (0 if none).
+    #[doc(alias = "xas_get_order")]
     pub fn get_order(&self, index: u64) -> u32 {
         let path = self.walk(index, 0);
         self.entry_at(&path, index).order()
     }
 
     /// See [`XArray::store`].
+    #[doc(alias = "__xa_store")]
     pub fn store(
         &mut self,
         index: u64,
@@ -796,6 +798,7 @@ impl<'a, P: XaPointer> XaLock<'a, P> {
     }
 
     /// See [`XArray::erase`].
+    #[doc(alias = "__xa_erase")]
     pub fn erase(&mut self, index: u64) -> Option<Entry<Retired<P>>> {
         let mut path = self.walk(index, 0);
         let old = self.store_keep(&mut path, index, 0);
@@ -804,6 +807,7 @@ impl<'a, P: XaPointer> XaLock<'a, P> {
     }
 
     /// See [`XArray::cmpxchg`].
+    #[doc(alias = "__xa_cmpxchg")]
     pub fn cmpxchg(
         &mut self,
         index: u64,
@@ -827,12 +831,14 @@ impl<'a, P: XaPointer> XaLock<'a, P> {
     }
 
     /// See [`XArray::set_mark`].
+    #[doc(alias = "__xa_set_mark")]
     pub fn set_mark(&mut self, index: u64, mark: Mark) -> bool {
         let path = self.walk(index, 0);
         self.change_mark(&path, index, mark, true)
     }
 
     /// See [`XArray::clear_mark`].
+    #[doc(alias = "__xa_clear_mark")]
     pub fn clear_mark(&mut self, index: u64, mark: Mark) -> bool {
         let path = self.walk(index, 0);
         self.change_mark(&path, index, mark, false)

@@ -254,6 +254,7 @@ fn prepare<P: XaPointer>(index: u64, order: u32, entry: Entry<P>) -> Result<usiz
 }
 
 /// [`XArray::add`].
+#[doc(alias("__filemap_add_folio", "xas_find_conflict"))]
 pub(in crate::xarray) fn add<P: XaPointer>(
     xa: &XArray<P>,
     index: u64,

@@ -126,6 +126,7 @@ impl<P: XaPointer> XaLock<'_, P> {
 
     /// How many nodes [`XaLock::split_with`] needs to split the entry covering `index` into
     /// pieces of `order` (0 when nothing needs to be done or the split needs none).
+    #[doc(alias = "xas_split_alloc")]
     pub fn split_needs(&self, index: u64, order: u32) -> Result<usize, XaError> {
         if order > MAX_ORDER {
             return Err(XaError::BadOrder { order });
@@ -153,6 +154,7 @@ impl<P: XaPointer> XaLock<'_, P> {
     /// Splits the entry covering `index` into pieces of `order` (each a clone of the pointer,
     /// with the entry's marks), taking the nodes it needs from `reserve`, allocated beforehand
     /// outside the lock.
+    #[doc(alias = "xas_split")]
     pub fn split_with(
         &mut self,
         index: u64,
