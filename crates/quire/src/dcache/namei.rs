@@ -603,12 +603,7 @@ impl Dcache {
         parent: &DentryRef<'_>,
         name: impl AsRef<OsStr>,
     ) -> Result<(), DcacheError> {
-        self.change_at(parent, name.as_ref(), |dir, name, path| {
-            rustix::fs::unlinkat(dir, name, AtFlags::empty())
-                .map_err(|e| DcacheError::from_errno(e, path))?;
-            Ok(None)
-        })
-        .map(drop)
+        self.remove_at(parent, name.as_ref(), AtFlags::empty())
     }
 
     /// Removes the empty directory `name` from `parent`; as [`unlink_at`](Self::unlink_at)
@@ -619,9 +614,19 @@ impl Dcache {
         parent: &DentryRef<'_>,
         name: impl AsRef<OsStr>,
     ) -> Result<(), DcacheError> {
-        self.change_at(parent, name.as_ref(), |dir, name, path| {
-            rustix::fs::unlinkat(dir, name, AtFlags::REMOVEDIR)
-                .map_err(|e| DcacheError::from_errno(e, path))?;
+        self.remove_at(parent, name.as_ref(), AtFlags::REMOVEDIR)
+    }
+
+    /// `unlinkat(2)` of `name` in `parent` with `flags` (`REMOVEDIR` for a directory); the entry
+    /// becomes unhashed and a negative entry takes its place.
+    fn remove_at(
+        &self,
+        parent: &DentryRef<'_>,
+        name: &OsStr,
+        flags: AtFlags,
+    ) -> Result<(), DcacheError> {
+        self.change_at(parent, name, |dir, name, path| {
+            rustix::fs::unlinkat(dir, name, flags).map_err(|e| DcacheError::from_errno(e, path))?;
             Ok(None)
         })
         .map(drop)

@@ -115,20 +115,18 @@ impl SpinWait {
     }
 }
 
-/// Tells the processor (or, under loom, the model's scheduler) that this thread is spinning.
-#[inline]
-pub fn spin_loop() {
-    #[cfg(loom)]
-    loom::thread::yield_now();
-    #[cfg(not(loom))]
-    std::hint::spin_loop();
-}
+/// Tells the processor that this thread is spinning (under loom: yields to the model's
+/// scheduler, which must see a spinning thread give way).
+#[cfg(loom)]
+pub use loom::thread::yield_now as spin_loop;
+/// Tells the processor that this thread is spinning (under loom: yields to the model's
+/// scheduler, which must see a spinning thread give way).
+#[cfg(not(loom))]
+pub use std::hint::spin_loop;
 
 /// Gives up the rest of this thread's time slice (under loom: lets the scheduler switch).
-#[inline]
-pub fn yield_now() {
-    #[cfg(loom)]
-    loom::thread::yield_now();
-    #[cfg(not(loom))]
-    std::thread::yield_now();
-}
+#[cfg(loom)]
+pub use loom::thread::yield_now;
+/// Gives up the rest of this thread's time slice (under loom: lets the scheduler switch).
+#[cfg(not(loom))]
+pub use std::thread::yield_now;
