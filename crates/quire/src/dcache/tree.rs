@@ -198,6 +198,15 @@ impl Drop for RenameGuard<'_> {
     }
 }
 
+/// What one pass of a reader of the rename sequence found ([`Core::rename_read`]).
+enum Pass<R> {
+    /// A result that holds whatever renames did meanwhile (checked under an entry's lock).
+    Sure(R),
+    /// A result that holds only if no rename ran during the pass; `complete` is false for a pass
+    /// cut short (a chain or a path longer than any the cache can hold).
+    Seen { result: R, complete: bool },
+}
+
 impl Core {
     /// A core with an empty table of `buckets` buckets (rounded up to a power of two), keeping at
     /// most about `max_unused` unused entries, whose entries' counts use `policy`, and whose root
@@ -368,50 +377,39 @@ impl Core {
     /// and the third try holds the rename mutex.
     #[doc(alias = "__d_lookup")]
     pub fn lookup_ref(&self, parent: &Dentry, name: &[u8], hash: u64) -> Option<DentryRef<'_>> {
-        let mut tries = 0;
-        loop {
-            let locked = (tries >= 2).then(|| self.rename_mutex.lock());
-            let s = if locked.is_some() {
-                0
-            } else {
-                self.rename_seq.begin()
-            };
+        self.rename_read(|locked| {
             let mut complete = true;
-            {
-                let g = rcu::pin();
-                let mut p = self.bucket(parent, hash).first();
-                let mut steps = 0;
-                while !p.is_null() {
-                    // SAFETY: as in `lookup_rcu`.
-                    let d = unsafe { &*p };
-                    if ptr::eq(d.parent.load(Ordering::Relaxed), parent)
-                        && d.name_in(&g).hash == hash
+            let g = rcu::pin();
+            let mut p = self.bucket(parent, hash).first();
+            let mut steps = 0;
+            while !p.is_null() {
+                // SAFETY: as in `lookup_rcu`.
+                let d = unsafe { &*p };
+                if ptr::eq(d.parent.load(Ordering::Relaxed), parent) && d.name_in(&g).hash == hash {
+                    let mut lk = d.lockref.lock();
+                    // Under the entry's lock its parent, name and flags are stable.
+                    if !lk.is_dead()
+                        && d.flags.load(Ordering::Relaxed) & HASHED != 0
+                        && ptr::eq(d.parent.load(Ordering::Relaxed), parent)
+                        && *d.name_in(&g).bytes == *name
                     {
-                        let mut lk = d.lockref.lock();
-                        // Under the entry's lock its parent, name and flags are stable.
-                        if !lk.is_dead()
-                            && d.flags.load(Ordering::Relaxed) & HASHED != 0
-                            && ptr::eq(d.parent.load(Ordering::Relaxed), parent)
-                            && *d.name_in(&g).bytes == *name
-                        {
-                            lk.inc();
-                            drop(lk);
-                            return Some(DentryRef::adopt(self, NonNull::from(d)));
-                        }
+                        lk.inc();
+                        drop(lk);
+                        return Pass::Sure(Some(DentryRef::adopt(self, NonNull::from(d))));
                     }
-                    steps += 1;
-                    if locked.is_none() && steps > MAX_CHAIN {
-                        complete = false;
-                        break;
-                    }
-                    p = d.hash_next.load(Ordering::Acquire);
                 }
+                steps += 1;
+                if !locked && steps > MAX_CHAIN {
+                    complete = false;
+                    break;
+                }
+                p = d.hash_next.load(Ordering::Acquire);
             }
-            if locked.is_some() || (complete && !self.rename_seq.retry(s)) {
-                return None;
+            Pass::Seen {
+                result: None,
+                complete,
             }
-            tries += 1;
-        }
+        })
     }
 
     /// Allocates a hashed entry for `(parent, name)` with one reference, for the caller (the
@@ -862,14 +860,7 @@ impl Core {
     /// ancestors is unhashed (deleted). Reads without references, retrying when a rename ran
     /// meanwhile; the third try holds the rename mutex.
     pub fn path_of(&self, d: &Dentry) -> (Vec<u8>, bool) {
-        let mut tries = 0;
-        loop {
-            let locked = (tries >= 2).then(|| self.rename_mutex.lock());
-            let s = if locked.is_some() {
-                0
-            } else {
-                self.rename_seq.begin()
-            };
+        self.rename_read(|_| {
             let g = rcu::pin();
             let mut names: Vec<&[u8]> = Vec::new();
             let mut deleted = false;
@@ -893,17 +884,41 @@ impl Core {
                 // reference on it then, so it was not yet handed to the epoch.
                 cur = unsafe { &*p };
             }
-            if locked.is_some() || (complete && !self.rename_seq.retry(s)) {
-                let mut out =
-                    Vec::with_capacity(names.iter().map(|n| n.len() + 1).sum::<usize>() + 1);
-                for n in names.iter().rev() {
-                    out.push(b'/');
-                    out.extend_from_slice(n);
+            let mut out = Vec::with_capacity(names.iter().map(|n| n.len() + 1).sum::<usize>() + 1);
+            for n in names.iter().rev() {
+                out.push(b'/');
+                out.extend_from_slice(n);
+            }
+            if out.is_empty() {
+                out.push(b'/');
+            }
+            Pass::Seen {
+                result: (out, deleted),
+                complete,
+            }
+        })
+    }
+
+    /// Runs `read` as a reader of the rename sequence until a pass saw no rename, or its result
+    /// holds anyway; the third try holds the rename mutex, so the loop always ends (the kernel's
+    /// `read_seqbegin_or_lock` / `need_seqretry`). `read` learns whether it runs under the mutex.
+    #[doc(alias("read_seqbegin_or_lock", "need_seqretry"))]
+    fn rename_read<R>(&self, mut read: impl FnMut(bool) -> Pass<R>) -> R {
+        let mut tries = 0;
+        loop {
+            let locked = (tries >= 2).then(|| self.rename_mutex.lock());
+            let s = if locked.is_some() {
+                0
+            } else {
+                self.rename_seq.begin()
+            };
+            match read(locked.is_some()) {
+                Pass::Sure(result) => return result,
+                Pass::Seen { result, complete } => {
+                    if locked.is_some() || (complete && !self.rename_seq.retry(s)) {
+                        return result;
+                    }
                 }
-                if out.is_empty() {
-                    out.push(b'/');
-                }
-                return (out, deleted);
             }
             tries += 1;
         }
