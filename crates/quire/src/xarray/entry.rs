@@ -164,18 +164,22 @@ pub unsafe trait XaPointer: Sized + Send + 'static {
     unsafe fn from_raw(ptr: NonNull<Self::Target>) -> Self;
 }
 
+/// Refuses, when the impl is instantiated, a pointee whose alignment leaves no room for the two
+/// tag bits of an entry word.
+const fn assert_tag_bits<T>() {
+    assert!(
+        std::mem::align_of::<T>() >= 4,
+        "XArray pointers must be 4-byte aligned"
+    );
+}
+
 // SAFETY: `Box::into_raw` is non-null, aligned to `T` (asserted at least 4) and valid until
 // `Box::from_raw`; `T: Send` makes the box `Send`.
 unsafe impl<T: Send + 'static> XaPointer for Box<T> {
     type Target = T;
 
     fn into_raw(this: Self) -> NonNull<T> {
-        const {
-            assert!(
-                std::mem::align_of::<T>() >= 4,
-                "XArray pointers must be 4-byte aligned"
-            )
-        };
+        const { assert_tag_bits::<T>() };
         // SAFETY: `Box::into_raw` never returns null.
         unsafe { NonNull::new_unchecked(Box::into_raw(this)) }
     }
@@ -192,12 +196,7 @@ unsafe impl<T: Send + Sync + 'static> XaPointer for Arc<T> {
     type Target = T;
 
     fn into_raw(this: Self) -> NonNull<T> {
-        const {
-            assert!(
-                std::mem::align_of::<T>() >= 4,
-                "XArray pointers must be 4-byte aligned"
-            )
-        };
+        const { assert_tag_bits::<T>() };
         // SAFETY: `Arc::into_raw` never returns null.
         unsafe { NonNull::new_unchecked(Arc::into_raw(this).cast_mut()) }
     }
@@ -215,12 +214,7 @@ unsafe impl<T: Sync + 'static> XaPointer for &'static T {
     const NEEDS_GRACE_PERIOD: bool = false;
 
     fn into_raw(this: Self) -> NonNull<T> {
-        const {
-            assert!(
-                std::mem::align_of::<T>() >= 4,
-                "XArray pointers must be 4-byte aligned"
-            )
-        };
+        const { assert_tag_bits::<T>() };
         NonNull::from(this)
     }
 
@@ -303,6 +297,21 @@ pub(super) fn encode<P: XaPointer>(entry: Option<Entry<P>>) -> Result<usize, Rej
             Ok(w)
         }
     }
+}
+
+/// [`encode`] for an entry of `order`: an order past [`MAX_ORDER`] is refused first, the entry
+/// given back with the error.
+pub(super) fn encode_order<P: XaPointer>(
+    order: u32,
+    entry: Option<Entry<P>>,
+) -> Result<usize, Rejected<P>> {
+    if order > MAX_ORDER {
+        return Err(Rejected {
+            error: XaError::BadOrder { order },
+            entry,
+        });
+    }
+    encode(entry)
 }
 
 /// Checks an entry before anything takes ownership of it.

@@ -80,7 +80,7 @@ mod read;
 mod write;
 
 use entry::*;
-use node::{Node, Spot};
+use node::{Node, Spot, Step};
 
 pub use entry::{split_nodes, Entry, XaPointer};
 pub use nodelist::{ListedNode, NodeList};

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool as PlainBool, AtomicU8 as PlainU8, AtomicUsiz
 use super::entry::mk_sibling;
 use std::ptr;
 
-use super::entry::order_of;
+use super::entry::{is_internal, is_node, is_sibling, node_ptr, order_of, sibling_offset, RETRY};
 use super::{XArray, XaPointer, CHUNK, NR_MARKS};
 use crate::sync::loom::{AtomicU64, AtomicUsize, Ordering};
 
@@ -152,6 +152,44 @@ impl Node {
             n += 1;
         }
         n
+    }
+}
+
+/// One step of a lock-free walk: what a reader finds in one slot of a node.
+pub(super) enum Step {
+    /// A child node to go down into.
+    Down(*const Node),
+    /// An entry word (or 0) in canonical slot `canon` (a sibling was followed to it).
+    Entry { canon: usize, word: usize },
+    /// The walk raced with a change of shape (a retry entry, or a sibling whose canonical slot
+    /// no longer holds an entry): start again from the head.
+    Restart,
+}
+
+impl Node {
+    /// Reads slot `off` as a lock-free walk does: a sibling is followed to its canonical slot, a
+    /// child node is a step down, and a race with a change of shape says so.
+    #[inline]
+    pub(super) fn step(&self, off: usize) -> Step {
+        let w = self.slot(off);
+        if is_sibling(w) {
+            let canon = sibling_offset(w);
+            let w = self.slot(canon);
+            if is_internal(w) {
+                Step::Restart
+            } else {
+                Step::Entry { canon, word: w }
+            }
+        } else if is_node(w) {
+            Step::Down(node_ptr(w))
+        } else if w == RETRY {
+            Step::Restart
+        } else {
+            Step::Entry {
+                canon: off,
+                word: w,
+            }
+        }
     }
 }
 

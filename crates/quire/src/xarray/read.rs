@@ -19,7 +19,7 @@ impl<P: XaPointer> XArray<P> {
     pub(super) fn locate(&self, index: u64, _guard: &Guard) -> Spot {
         'restart: loop {
             stats::count(Event::XaWalks);
-            let mut w = self.head.load(Ordering::Acquire);
+            let w = self.head.load(Ordering::Acquire);
             if !is_node(w) {
                 return if index == 0 {
                     Spot {
@@ -36,27 +36,12 @@ impl<P: XaPointer> XArray<P> {
                 return Spot::EMPTY;
             }
             loop {
-                let off = offset(node.shift(), index);
-                w = node.slot(off);
-                let mut canon = off;
-                if is_sibling(w) {
-                    canon = sibling_offset(w);
-                    w = node.slot(canon);
-                    if is_internal(w) {
-                        continue 'restart;
-                    }
-                } else if is_node(w) {
+                match node.step(offset(node.shift(), index)) {
                     // SAFETY: as above.
-                    node = unsafe { &*node_ptr(w) };
-                    continue;
-                } else if w == RETRY {
-                    continue 'restart;
+                    Step::Down(child) => node = unsafe { &*child },
+                    Step::Entry { canon, word } => return Spot { node, canon, word },
+                    Step::Restart => continue 'restart,
                 }
-                return Spot {
-                    node,
-                    canon,
-                    word: w,
-                };
             }
         }
     }
@@ -230,24 +215,18 @@ impl<'g, P: XaPointer> Iter<'g, P> {
                 // SAFETY: as above.
                 let node = unsafe { &*level.node };
                 let off = offset(node.shift(), self.idx);
-                let mut w = node.slot(off);
-                let mut canon = off;
-                if is_sibling(w) {
-                    canon = sibling_offset(w);
-                    w = node.slot(canon);
-                    if is_internal(w) {
-                        continue 'restart;
+                let (canon, w) = match node.step(off) {
+                    Step::Down(child) => {
+                        self.path[self.depth] = Level {
+                            node: child,
+                            base: level.base + ((off as u64) << node.shift()),
+                        };
+                        self.depth += 1;
+                        continue;
                     }
-                } else if is_node(w) {
-                    self.path[self.depth] = Level {
-                        node: node_ptr(w),
-                        base: level.base + ((off as u64) << node.shift()),
-                    };
-                    self.depth += 1;
-                    continue;
-                } else if w == RETRY {
-                    continue 'restart;
-                }
+                    Step::Entry { canon, word } => (canon, word),
+                    Step::Restart => continue 'restart,
+                };
                 self.next = off + 1;
                 self.state = IterState::Scan;
                 if w != 0 && self.wanted(node.marks_at(canon)) {
@@ -401,15 +380,11 @@ impl<'g, P: XaPointer> Cursor<'g, P> {
         } else {
             // SAFETY: the node was reached under the guard that `'g` still borrows.
             let node = unsafe { &*spot.node };
-            let off = offset(node.shift(), self.index);
-            let mut w = node.slot(off);
-            if is_sibling(w) {
-                w = node.slot(sibling_offset(w));
+            match node.step(offset(node.shift(), self.index)) {
+                Step::Entry { word, .. } => word,
+                // The tree changed shape there: walk again.
+                Step::Down(_) | Step::Restart => return self.load(),
             }
-            if is_internal(w) {
-                return self.load();
-            }
-            w
         };
         // SAFETY: loaded under the guard.
         unsafe { decode_ref(w) }

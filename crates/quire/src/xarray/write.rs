@@ -733,13 +733,7 @@ impl<'a, P: XaPointer> XaLock<'a, P> {
         order: u32,
         entry: Option<Entry<P>>,
     ) -> Result<Option<Entry<Retired<P>>>, Rejected<P>> {
-        if order > MAX_ORDER {
-            return Err(Rejected {
-                error: XaError::BadOrder { order },
-                entry,
-            });
-        }
-        let new = encode(entry)?;
+        let new = encode_order(order, entry)?;
         let start = index & !span(order);
         let mut path = self.walk(start, level_of(order));
         let old = self.store_from(&mut path, start, order, new);

@@ -124,13 +124,7 @@ impl<'l, 'a, P: XaPointer> XaState<'l, 'a, P> {
         order: u32,
         entry: Option<Entry<P>>,
     ) -> Result<Option<Entry<Retired<P>>>, Rejected<P>> {
-        if order > MAX_ORDER {
-            return Err(Rejected {
-                error: XaError::BadOrder { order },
-                entry,
-            });
-        }
-        let new = encode(entry)?;
+        let new = encode_order(order, entry)?;
         self.ensure();
         let start = self.index & !span(order);
         let old = self.lock.store_from(&mut self.path, start, order, new);
