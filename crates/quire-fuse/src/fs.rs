@@ -42,8 +42,32 @@ use quire::dcache::{DcacheConfig, DentryRef, FileKind, Identity, RenameMode};
 use quire::filemap::{CacheConfig, CachedFile, PageCache};
 use rustix::fs::{AtFlags, FallocateFlags, Mode, OFlags, StatxFlags, Timespec, Timestamps, CWD};
 
+/// The value of a `Result`, or: count the error, answer the kernel with it, and return.
+/// `tri!(self, …)` in a `QuireFs` operation, `tri!(@state self, …)` in an `FsState` method.
+macro_rules! tri {
+    ($self:ident, $reply:ident, $e:expr) => {
+        tri!(@counters $self.state.counters, $reply, $e)
+    };
+    (@state $self:ident, $reply:ident, $e:expr) => {
+        tri!(@counters $self.counters, $reply, $e)
+    };
+    (@counters $counters:expr, $reply:ident, $e:expr) => {
+        match $e {
+            Ok(v) => v,
+            Err(err) => {
+                $counters.error();
+                $reply.error(err);
+                return;
+            }
+        }
+    };
+}
+
 mod attr;
+mod dir;
+mod file;
 mod state;
+mod xattr;
 
 use attr::*;
 pub(crate) use attr::{attr_of, statx_fd};
@@ -263,34 +287,6 @@ impl QuireFs {
 
 /// `Ok` or the `errno` to answer with.
 type R<T> = Result<T, Errno>;
-
-thread_local! {
-    /// Each FUSE thread's read buffer (up to the largest read the kernel sends).
-    static READ_BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
-fn reply_xattr(reply: ReplyXattr, size: u32, value: &[u8]) {
-    if size == 0 {
-        reply.size(value.len() as u32);
-    } else if value.len() > size as usize {
-        reply.error(Errno::ERANGE);
-    } else {
-        reply.data(value);
-    }
-}
-
-macro_rules! tri {
-    ($self:ident, $reply:ident, $e:expr) => {
-        match $e {
-            Ok(v) => v,
-            Err(err) => {
-                $self.state.counters.error();
-                $reply.error(err);
-                return;
-            }
-        }
-    };
-}
 
 impl Filesystem for QuireFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
@@ -741,32 +737,7 @@ impl Filesystem for QuireFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        let s = &self.state;
-        s.counters.op(Op::Read);
-        let h = tri!(self, reply, s.handle(fh));
-        READ_BUF.with(|b| {
-            let mut buf = b.borrow_mut();
-            if buf.len() < size as usize {
-                buf.resize(size as usize, 0);
-            }
-            match h.cf.read_at(offset, &mut buf[..size as usize]) {
-                Ok(n) => {
-                    s.counters.read(n);
-                    reply.data(&buf[..n]);
-                }
-                // The backing file was cut behind the mount, or the offset is past any file:
-                // end of file.
-                Err(e)
-                    if is_eof(&e) || matches!(e, quire::filemap::FilemapError::Overflow { .. }) =>
-                {
-                    reply.data(&[]);
-                }
-                Err(e) => {
-                    s.counters.error();
-                    reply.error(errno::of_filemap(&e));
-                }
-            }
-        });
+        self.state.read(fh, offset, size, reply);
     }
 
     fn write(
@@ -781,44 +752,7 @@ impl Filesystem for QuireFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        let s = &self.state;
-        s.counters.op(Op::Write);
-        let h = tri!(self, reply, s.handle(fh));
-        let end = tri!(
-            self,
-            reply,
-            offset.checked_add(data.len() as u64).ok_or(Errno::EFBIG)
-        );
-        tri!(self, reply, s.check_size(end));
-        if s.cfg.check_space {
-            tri!(self, reply, s.space.take(data.len() as u64, s));
-        }
-        match h.cf.write_at(offset, data) {
-            Ok(n) => {
-                h.file.touch();
-                s.counters.written(n);
-                reply.written(n as u32);
-                // Write-behind: a file written fast while dirty memory is above the flusher's
-                // threshold is written back by the thread that served the write, after the
-                // reply — so several writers' data goes out on several threads at once rather
-                // than through the one flusher, while the writer goes on. (Through the mapping's
-                // own handle: an error is recorded for every handle's fsync, and none is taken
-                // from this one.)
-                let w = h.written.fetch_add(n as u64, Ordering::Relaxed) + n as u64;
-                if w >= WRITE_BEHIND_EVERY {
-                    h.written.store(0, Ordering::Relaxed);
-                    let cache = s.files.cache();
-                    let dirty = (cache.stats().dirty_frames as u64) << 12;
-                    if dirty > cache.config().dirty_background as u64 {
-                        let _ = h.file.main.flush();
-                    }
-                }
-            }
-            Err(e) => {
-                s.counters.error();
-                reply.error(errno::of_filemap(&e));
-            }
-        }
+        self.state.write(fh, offset, data, reply);
     }
 
     fn flush(
@@ -886,35 +820,7 @@ impl Filesystem for QuireFs {
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        let s = &self.state;
-        let node = tri!(self, reply, s.node(ino));
-        let d = tri!(self, reply, s.dentry(&node));
-        let fd = tri!(
-            self,
-            reply,
-            s.nodes
-                .dcache()
-                .with_dir(&d, |fd| {
-                    rustix::fs::openat(
-                        fd,
-                        ".",
-                        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-                        Mode::empty(),
-                    )
-                })
-                .map_err(|e| errno::of_dcache(&e))
-                .and_then(|r| r.map_err(errno::of_sys))
-        );
-        let fh = s.new_fh();
-        s.dirs.lock().insert(
-            fh,
-            Arc::new(DirHandle {
-                fd,
-                dev: node.ident.dev,
-                entries: Mutex::new(None),
-            }),
-        );
-        reply.opened(FileHandle(fh), FopenFlags::empty());
+        self.state.opendir(ino, reply);
     }
 
     fn readdir(
@@ -923,18 +829,9 @@ impl Filesystem for QuireFs {
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
-        mut reply: ReplyDirectory,
+        reply: ReplyDirectory,
     ) {
-        let s = &self.state;
-        s.counters.op(Op::Readdir);
-        let (dir, entries) = tri!(self, reply, s.dir_entries(fh, offset));
-        for (i, e) in entries.iter().enumerate().skip(offset as usize) {
-            let ino = s.dirent_ino(ino.0, dir.dev, e);
-            if reply.add(INodeNo(ino), i as u64 + 1, e.kind, &e.name) {
-                break;
-            }
-        }
-        reply.ok();
+        self.state.readdir(ino, fh, offset, reply);
     }
 
     fn readdirplus(
@@ -943,39 +840,9 @@ impl Filesystem for QuireFs {
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
-        mut reply: ReplyDirectoryPlus,
+        reply: ReplyDirectoryPlus,
     ) {
-        let s = &self.state;
-        s.counters.op(Op::Readdirplus);
-        let (dir, entries) = tri!(self, reply, s.dir_entries(fh, offset));
-        let dnode = tri!(self, reply, s.node(ino));
-        for (i, e) in entries.iter().enumerate().skip(offset as usize) {
-            let next = i as u64 + 1;
-            if e.name == "." || e.name == ".." {
-                // Not looked up by the kernel: no count taken.
-                let st = match s.stat_node(&dnode) {
-                    Ok(st) => st,
-                    Err(_) => continue,
-                };
-                let mut attr = attr_of(s.dirent_ino(ino.0, dir.dev, e), &st);
-                attr.kind = FileType::Directory;
-                if reply.add(attr.ino, next, &e.name, &s.cfg.ttl, &attr, Generation(0)) {
-                    break;
-                }
-                continue;
-            }
-            // Each entry counts as a lookup in the kernel.
-            let Ok((node, st)) = s.nodes.lookup(&dnode, &e.name) else {
-                continue;
-            };
-            let attr = s.entry(&node, &st);
-            if reply.add(attr.ino, next, &e.name, &s.cfg.ttl, &attr, Generation(0)) {
-                // Did not fit: the kernel never saw it.
-                s.nodes.forget(node.id, 1);
-                break;
-            }
-        }
-        reply.ok();
+        self.state.readdirplus(ino, fh, offset, reply);
     }
 
     fn releasedir(
@@ -998,19 +865,7 @@ impl Filesystem for QuireFs {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        let s = &self.state;
-        let dir = tri!(
-            self,
-            reply,
-            s.dirs.lock().get(&fh.0).cloned().ok_or(Errno::EBADF)
-        );
-        let r = if datasync {
-            rustix::fs::fdatasync(&dir.fd)
-        } else {
-            rustix::fs::fsync(&dir.fd)
-        };
-        tri!(self, reply, r.map_err(errno::of_sys));
-        reply.ok();
+        self.state.fsyncdir(fh, datasync, reply);
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
@@ -1048,98 +903,19 @@ impl Filesystem for QuireFs {
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        let s = &self.state;
-        s.counters.op(Op::Xattr);
-        if ino.0 == ROOT_ID && name == STATS_XATTR {
-            s.counters.error();
-            reply.error(Errno::EPERM);
-            return;
-        }
-        let node = tri!(self, reply, s.node(ino));
-        let (_fd, p) = tri!(self, reply, s.xattr_path(&node));
-        let flags = rustix::fs::XattrFlags::from_bits_retain(flags as u32);
-        tri!(
-            self,
-            reply,
-            rustix::fs::setxattr(&p, name, value, flags).map_err(errno::of_sys)
-        );
-        if let Some(f) = s.files.get(&node.ident) {
-            f.backing.restamp();
-        }
-        reply.ok();
+        self.state.setxattr(ino, name, value, flags, reply);
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        let s = &self.state;
-        s.counters.op(Op::Xattr);
-        if ino.0 == ROOT_ID && name == STATS_XATTR {
-            let text = s.render_stats();
-            reply_xattr(reply, size, text.as_bytes());
-            return;
-        }
-        let node = tri!(self, reply, s.node(ino));
-        let (_fd, p) = match s.xattr_path(&node) {
-            Ok(x) => x,
-            Err(e) if e == Errno::EPERM => {
-                reply.error(Errno::ENODATA);
-                return;
-            }
-            Err(e) => {
-                s.counters.error();
-                reply.error(e);
-                return;
-            }
-        };
-        let mut buf = vec![0u8; (size as usize).clamp(1, 1 << 16)];
-        loop {
-            match rustix::fs::getxattr(&p, name, &mut buf[..]) {
-                Ok(n) => {
-                    reply_xattr(reply, size, &buf[..n]);
-                    return;
-                }
-                Err(rustix::io::Errno::RANGE) if buf.len() < (1 << 16) => buf.resize(1 << 16, 0),
-                Err(e) => {
-                    reply.error(errno::of_sys(e));
-                    return;
-                }
-            }
-        }
+        self.state.getxattr(ino, name, size, reply);
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        let s = &self.state;
-        s.counters.op(Op::Xattr);
-        let node = tri!(self, reply, s.node(ino));
-        let (_fd, p) = match s.xattr_path(&node) {
-            Ok(x) => x,
-            Err(e) if e == Errno::EPERM => {
-                reply_xattr(reply, size, &[]);
-                return;
-            }
-            Err(e) => {
-                s.counters.error();
-                reply.error(e);
-                return;
-            }
-        };
-        let mut buf = vec![0u8; 1 << 16];
-        match rustix::fs::listxattr(&p, &mut buf[..]) {
-            Ok(n) => reply_xattr(reply, size, &buf[..n]),
-            Err(e) => reply.error(errno::of_sys(e)),
-        }
+        self.state.listxattr(ino, size, reply);
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let s = &self.state;
-        s.counters.op(Op::Xattr);
-        let node = tri!(self, reply, s.node(ino));
-        let (_fd, p) = tri!(self, reply, s.xattr_path(&node));
-        tri!(
-            self,
-            reply,
-            rustix::fs::removexattr(&p, name).map_err(errno::of_sys)
-        );
-        reply.ok();
+        self.state.removexattr(ino, name, reply);
     }
 
     fn fallocate(
@@ -1152,99 +928,7 @@ impl Filesystem for QuireFs {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        let s = &self.state;
-        s.counters.op(Op::Fallocate);
-        let h = tri!(self, reply, s.handle(fh));
-        let end = tri!(self, reply, offset.checked_add(length).ok_or(Errno::EFBIG));
-        tri!(self, reply, s.check_size(end));
-        let keep = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
-        let f = &h.file;
-        match mode & !libc::FALLOC_FL_KEEP_SIZE {
-            0 => {
-                tri!(
-                    self,
-                    reply,
-                    rustix::fs::fallocate(
-                        f.backing.fd(),
-                        FallocateFlags::KEEP_SIZE,
-                        offset,
-                        length
-                    )
-                    .map_err(errno::of_sys)
-                );
-                if !keep && end > f.main.len() {
-                    tri!(
-                        self,
-                        reply,
-                        f.main.set_len(end).map_err(|e| errno::of_filemap(&e))
-                    );
-                }
-            }
-            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_ZERO_RANGE => {
-                let punch = mode & libc::FALLOC_FL_PUNCH_HOLE != 0;
-                if punch && !keep {
-                    s.counters.error();
-                    reply.error(Errno::EINVAL);
-                    return;
-                }
-                let len = f.main.len();
-                // Through the cache first (zeros where the range lies inside the file), written
-                // back, then the blocks freed in the backing file: cached and stored bytes agree.
-                // A range larger than ZERO_THROUGH_CACHE is not zeroed through the cache: its
-                // data is written back, the blocks freed, and the file's cached clean data
-                // dropped (folios a reader holds at that moment keep their old bytes for it).
-                const ZERO_THROUGH_CACHE: u64 = 64 << 20;
-                let zero_end = end.min(len);
-                let coarse = zero_end.saturating_sub(offset) > ZERO_THROUGH_CACHE;
-                let mut at = if coarse { zero_end } else { offset };
-                let zeros = vec![0u8; 1 << 20];
-                while at < zero_end {
-                    let n = ((zero_end - at) as usize).min(zeros.len());
-                    tri!(
-                        self,
-                        reply,
-                        f.main
-                            .write_at(at, &zeros[..n])
-                            .map_err(|e| errno::of_filemap(&e))
-                    );
-                    at += n as u64;
-                }
-                tri!(
-                    self,
-                    reply,
-                    f.main.flush().map_err(|e| errno::of_filemap(&e))
-                );
-                let flags = if punch {
-                    FallocateFlags::PUNCH_HOLE | FallocateFlags::KEEP_SIZE
-                } else {
-                    FallocateFlags::ZERO_RANGE | FallocateFlags::KEEP_SIZE
-                };
-                tri!(
-                    self,
-                    reply,
-                    rustix::fs::fallocate(f.backing.fd(), flags, offset, length)
-                        .map_err(errno::of_sys)
-                );
-                if coarse {
-                    let _ = f.main.invalidate();
-                }
-                if !punch && !keep && end > len {
-                    tri!(
-                        self,
-                        reply,
-                        f.main.set_len(end).map_err(|e| errno::of_filemap(&e))
-                    );
-                }
-            }
-            _ => {
-                s.counters.error();
-                reply.error(Errno::EOPNOTSUPP);
-                return;
-            }
-        }
-        f.touch();
-        f.backing.restamp();
-        reply.ok();
+        self.state.fallocate(fh, offset, length, mode, reply);
     }
 }
 
