@@ -1,4 +1,4 @@
-//! Event counters, after `/proc/vmstat` (DESIGN.md rule 8).
+//! Event counters, after `/proc/vmstat` (rule 8 of docs/RULES.md).
 //!
 //! Every event that a benchmark or a test wants to reason about — a wait-table lookup, a
 //! wake-up, a tree walk — is counted here. Counting must be cheap enough to leave on the hot
@@ -169,12 +169,14 @@ thread_local! {
 
 /// Adds one to `event`'s counter.
 #[inline]
+#[doc(alias = "count_vm_event")]
 pub fn count(event: Event) {
     add(event, 1);
 }
 
 /// Adds `n` to `event`'s counter.
 #[inline]
+#[doc(alias = "count_vm_events")]
 pub fn add(event: Event, n: u64) {
     let done = MINE.try_with(|o| {
         let c = &o.0.counts[event as usize];
@@ -215,6 +217,7 @@ impl Default for Counters {
 impl Counters {
     /// Adds `n` to `event`, here and globally.
     #[inline]
+    #[doc(alias = "count_vm_events")]
     pub fn add(&self, event: Event, n: u64) {
         self.counts[event as usize].fetch_add(n, Ordering::Relaxed);
         add(event, n);
@@ -222,6 +225,7 @@ impl Counters {
 
     /// Adds one to `event`, here and globally.
     #[inline]
+    #[doc(alias = "count_vm_event")]
     pub fn count(&self, event: Event) {
         self.add(event, 1);
     }
@@ -256,6 +260,7 @@ pub struct Snapshot {
 
 impl Snapshot {
     /// Reads every counter.
+    #[doc(alias = "all_vm_events")]
     pub fn take() -> Snapshot {
         let mut counts = [0; NR_EVENTS];
         for (i, c) in counts.iter_mut().enumerate() {

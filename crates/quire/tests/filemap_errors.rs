@@ -1,4 +1,4 @@
-//! Faults from the store (DESIGN.md rule 6): write-back errors reach every handle's `fsync`
+//! Faults from the store (rule 6 of docs/RULES.md): write-back errors reach every handle's `fsync`
 //! exactly once and never lose the data; read errors reach the reader as typed errors and leave
 //! the cache usable; short transfers are completed; sync errors reach the caller.
 //!

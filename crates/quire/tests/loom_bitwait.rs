@@ -36,6 +36,7 @@ fn lockers(policy: WaitPolicy, threads: usize) {
                 thread::spawn(move || {
                     policy.lock(&s.word);
                     // loom flags any access that is not ordered by the lock.
+                    // SAFETY: the lock is held, so no other thread touches `data` now.
                     s.data.with_mut(|d| unsafe { *d += 1 });
                     policy.unlock(&s.word);
                 })
@@ -44,6 +45,7 @@ fn lockers(policy: WaitPolicy, threads: usize) {
         for h in hs {
             h.join().unwrap();
         }
+        // SAFETY: every thread that wrote `data` was joined.
         assert_eq!(s.data.with(|d| unsafe { *d }), threads as u32);
         assert_eq!(s.word.load(Ordering::Relaxed) & LOCKED, 0);
     });
@@ -89,6 +91,7 @@ fn shared_and_exclusive_waiters_of_one_bit() {
         let owner = {
             let s = s.clone();
             thread::spawn(move || {
+                // SAFETY: the word starts locked by this thread: nobody else touches `data` yet.
                 s.data.with_mut(|d| unsafe { *d = 7 });
                 bitwait::unlock(&s.word);
             })
@@ -105,6 +108,7 @@ fn shared_and_exclusive_waiters_of_one_bit() {
             let s = s.clone();
             thread::spawn(move || {
                 bitwait::lock(&s.word);
+                // SAFETY: the lock is held, so no other thread touches `data` now.
                 s.data.with_mut(|d| unsafe { *d += 1 });
                 bitwait::unlock(&s.word);
             })
@@ -112,6 +116,7 @@ fn shared_and_exclusive_waiters_of_one_bit() {
         owner.join().unwrap();
         waiter.join().unwrap();
         locker.join().unwrap();
+        // SAFETY: every thread that wrote `data` was joined.
         assert_eq!(s.data.with(|d| unsafe { *d }), 8);
     });
 }

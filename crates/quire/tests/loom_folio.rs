@@ -1,5 +1,5 @@
 //! Loom models of the folio reference-count protocol: a speculative `try_get` racing with a
-//! remover that freezes, unpublishes and frees (DESIGN.md rule 1), concurrent last puts (exactly
+//! remover that freezes, unpublishes and frees (rule 1 of docs/RULES.md), concurrent last puts (exactly
 //! one frees), the uptodate hand-over from a filler to readers, and the write-back wait.
 #![cfg(loom)]
 

@@ -51,7 +51,7 @@ fn first_map_racing_the_last_unmap(first_map: fn(&quire::mem::Folio) -> bool) {
     let (p1, h1) = (pool.clone(), hw.clone());
     let unmapper = thread::spawn(move || {
         let _keep = &p1;
-        // SAFETY (test): the folio outlives the threads (main holds its reference).
+        // SAFETY: the folio outlives the threads (main holds its reference).
         let f = unsafe { &*(ptr as *const quire::mem::Folio) };
         let (last, _) = model::unmap(f);
         if last {
@@ -64,7 +64,7 @@ fn first_map_racing_the_last_unmap(first_map: fn(&quire::mem::Folio) -> bool) {
     let (p2, h2) = (pool.clone(), hw.clone());
     let mapper = thread::spawn(move || {
         let _keep = &p2;
-        // SAFETY (test): as above.
+        // SAFETY: as above.
         let f = unsafe { &*(ptr as *const quire::mem::Folio) };
         if first_map(f) {
             h2.store(false, Ordering::Release);
@@ -102,7 +102,7 @@ fn add_to_swap_racing_the_last_unmap(add_to_swap: fn(&quire::mem::Folio) -> u8) 
     let (p1, t1) = (pool.clone(), tested.clone());
     let unmapper = thread::spawn(move || {
         let _keep = &p1;
-        // SAFETY (test): the folio outlives the threads (main holds its reference).
+        // SAFETY: the folio outlives the threads (main holds its reference).
         let f = unsafe { &*(ptr as *const quire::mem::Folio) };
         let (last, in_swap_cache) = model::unmap(f);
         assert!(last);
@@ -114,7 +114,7 @@ fn add_to_swap_racing_the_last_unmap(add_to_swap: fn(&quire::mem::Folio) -> u8) 
     let p2 = pool.clone();
     let reclaim = thread::spawn(move || {
         let _keep = &p2;
-        // SAFETY (test): as above.
+        // SAFETY: as above.
         let f = unsafe { &*(ptr as *const quire::mem::Folio) };
         add_to_swap(f)
     });
@@ -162,7 +162,7 @@ fn reader_racing_a_write_fault(writer: fn(&quire::mem::Folio) -> bool) {
     let ptr = r.folio() as *const quire::mem::Folio as usize;
     let p1 = pool.clone();
     let reader = thread::spawn(move || {
-        // SAFETY (test): the folio outlives the threads (main holds its reference).
+        // SAFETY: the folio outlives the threads (main holds its reference).
         let f = unsafe { &*(ptr as *const quire::mem::Folio) };
         // The reader keeps its reference (its borrow of the bytes) past the fault's decision:
         // main puts it back after both threads end.
@@ -171,7 +171,7 @@ fn reader_racing_a_write_fault(writer: fn(&quire::mem::Folio) -> bool) {
     });
     let p2 = pool.clone();
     let fault = thread::spawn(move || {
-        // SAFETY (test): as above.
+        // SAFETY: as above.
         let f = unsafe { &*(ptr as *const quire::mem::Folio) };
         // The fault's own reference (its folio guard's).
         let held = p2.try_get(f).expect("main holds a reference");
@@ -181,7 +181,7 @@ fn reader_racing_a_write_fault(writer: fn(&quire::mem::Folio) -> bool) {
     });
     let reader_saw_mapping = reader.join().unwrap();
     let writer_saw_reader = fault.join().unwrap();
-    // SAFETY (test): the reader's raw reference, given back once.
+    // SAFETY: the reader's raw reference, given back once.
     drop(unsafe { pool.ref_from_raw(std::ptr::NonNull::from(r.folio())) });
     assert!(
         reader_saw_mapping || writer_saw_reader,

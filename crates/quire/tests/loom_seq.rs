@@ -66,7 +66,7 @@ fn publish(pool: &FramePool) -> usize {
 }
 
 fn folio<'a>(p: usize) -> &'a Folio {
-    // SAFETY (test): descriptors live as long as the pool, which every thread keeps alive.
+    // SAFETY: (test) descriptors live as long as the pool, which every thread keeps alive.
     unsafe { &*(p as *const Folio) }
 }
 
@@ -111,11 +111,11 @@ fn write_in_place(freeze: unsafe fn(&Folio, u32) -> bool, retry: fn(&Folio, u32)
         thread::spawn(move || {
             let _keep = &pool;
             let f = folio(p);
-            // SAFETY (test): the slot's reference is the only one, and this thread acts for
+            // SAFETY: (test) the slot's reference is the only one, and this thread acts for
             // its holder (nobody else uses it until the unfreeze).
             if unsafe { freeze(f, 1) } {
                 bytes.write(2);
-                // SAFETY (test): frozen just above with that one reference.
+                // SAFETY: (test) frozen just above with that one reference.
                 unsafe { f.unfreeze(1) };
             }
         })
@@ -127,29 +127,26 @@ fn write_in_place(freeze: unsafe fn(&Folio, u32) -> bool, retry: fn(&Folio, u32)
         );
     }
     writer.join().unwrap();
-    // SAFETY (test): the slot's raw reference, given back once.
+    // SAFETY: (test) the slot's raw reference, given back once.
     drop(unsafe { pool.ref_from_raw(NonNull::new(p as *mut Folio).unwrap()) });
 }
 
 #[test]
 fn reader_against_an_in_place_write() {
-    builder().check(|| write_in_place(|f, n| unsafe { f.try_freeze(n) }, retry));
+    builder().check(|| write_in_place(Folio::try_freeze, retry));
 }
 
 #[test]
 fn broken_freeze_without_its_fence_is_caught() {
     assert!(fails(|| write_in_place(
-        |f, n| unsafe { f.broken_try_freeze_unfenced(n) },
+        Folio::broken_try_freeze_unfenced,
         retry
     )));
 }
 
 #[test]
 fn broken_retry_without_its_fence_is_caught() {
-    assert!(fails(|| write_in_place(
-        |f, n| unsafe { f.try_freeze(n) },
-        retry_unfenced
-    )));
+    assert!(fails(|| write_in_place(Folio::try_freeze, retry_unfenced)));
 }
 
 /// The folio leaves the index and is freed; the frame goes to a new owner, who writes it —
@@ -163,7 +160,7 @@ fn free_and_reuse(alloc: for<'p> fn(&'p FramePool) -> Option<quire::mem::FolioRe
         let (pool, slot, bytes) = (pool.clone(), slot.clone(), bytes.clone());
         thread::spawn(move || {
             slot.store(0, Ordering::Release);
-            // SAFETY (test): the slot's raw reference, taken out with the slot entry: the
+            // SAFETY: (test) the slot's raw reference, taken out with the slot entry: the
             // last put, which frees the folio.
             drop(unsafe { pool.ref_from_raw(NonNull::new(p as *mut Folio).unwrap()) });
             let new = alloc(&pool).expect("the frame just freed");
@@ -218,7 +215,7 @@ fn write_fault(bump: fn(&Folio)) {
     }
     space.join().unwrap();
     folio(p).sub_owner_bits(1 << 32);
-    // SAFETY (test): the slot's raw reference, given back once.
+    // SAFETY: (test) the slot's raw reference, given back once.
     drop(unsafe { pool.ref_from_raw(NonNull::new(p as *mut Folio).unwrap()) });
 }
 
@@ -276,7 +273,7 @@ fn translation_against_removal(remove: fn(&Folio)) {
         "a read through a translation found a folio its index no longer holds"
     );
     writer.join().unwrap();
-    // SAFETY (test): the slot's raw reference, given back once.
+    // SAFETY: (test) the slot's raw reference, given back once.
     drop(unsafe { pool.ref_from_raw(NonNull::new(p as *mut Folio).unwrap()) });
 }
 

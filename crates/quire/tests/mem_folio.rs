@@ -1,6 +1,6 @@
 //! Folios and the frame pool: references, freeze, the lock and its guard, write-back waits, the
 //! rules for lending bytes, and a stress run of lock-free lookups racing with removal, in-place
-//! rewrites and reuse (DESIGN.md rule 1: re-check after a speculative reference).
+//! rewrites and reuse (rule 1 of docs/RULES.md: re-check after a speculative reference).
 #![cfg(not(loom))]
 
 use std::ptr::NonNull;
@@ -159,6 +159,7 @@ fn removal_releases_the_index_reference() {
         slot.store(std::ptr::null_mut(), Ordering::Release);
         // SAFETY: the slot's reference is gone with the slot entry.
         assert!(!unsafe { frozen.release_raw_refs(2) });
+        // SAFETY: the slot held the one raw reference and was emptied above; nobody uses it.
         assert!(unsafe { frozen.release_raw_refs(1) });
         frozen.clear_uptodate();
     }
@@ -308,7 +309,7 @@ fn stress_lockless_lookup_against_replace_and_rewrite() {
                     i = (i + 1) % SLOTS;
                     let ptr = slots[i].load(Ordering::Acquire);
                     let Some(d) = NonNull::new(ptr) else { continue };
-                    // SAFETY: descriptors live as long as the pool (rule 1).
+                    // SAFETY: descriptors live as long as the pool (rule 1 of docs/RULES.md).
                     let Some(f) = p.try_get(unsafe { d.as_ref() }) else {
                         continue;
                     };

@@ -1,4 +1,4 @@
-//! Tree walks are counted, not assumed (DESIGN.md rule 8). The counters are global to the
+//! Tree walks are counted, not assumed (rule 8 of docs/RULES.md). The counters are global to the
 //! process, so this file holds a single test: nothing else walks while it counts.
 
 use std::sync::Arc;

@@ -1,7 +1,7 @@
 //! `quire bench`: suites that measure each mechanism against its "before", side by side.
 //!
 //! A suite is a function that runs its cases and records figures through [`Bench`]. Every figure
-//! becomes one JSON result (DESIGN.md, "The benchmark contract"; `report.rs`) and one cell of
+//! becomes one JSON result (docs/RULES.md, "The benchmark contract"; `report.rs`) and one cell of
 //! the suite's table (`table.rs`), which shows the "before" variant, the "after" variant and the
 //! change, as the patch mails did, and which way each metric is better (`metric.rs`).
 //!

@@ -1,7 +1,7 @@
 //! The JSON report of `quire bench` (`--json FILE`), what `quire plot` reads back, and how the
 //! runs of `--runs N` become one figure each.
 //!
-//! The format is version 1 of DESIGN.md's benchmark contract, extended with fields a version-1
+//! The format is version 1 of the benchmark contract (docs/RULES.md), extended with fields a version-1
 //! reader can ignore: every result keeps `suite`, `case`, `variant`, `threads`, `metric`,
 //! `value` and `unit`, and adds `better` (which way the metric improves), `runs` and
 //! `min`/`median`/`max` over those runs (`value` is the median). The report adds a fuller

@@ -1,4 +1,4 @@
-//! Suite `xarray`: the page-cache index (DESIGN.md technique 4).
+//! Suite `xarray`: the page-cache index (technique 4 of docs/RULES.md).
 //!
 //! Case `load`: random lock-free loads over 2^20 (1,048,576) populated indices 0..2^20 — the
 //! pages of a 4 GiB file — by 1 and 2 threads; `xarray` (an epoch guard pinned per load, as a

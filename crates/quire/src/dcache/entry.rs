@@ -383,6 +383,7 @@ impl fmt::Debug for Dentry {
 /// A counted reference to a [`Dentry`] (the kernel's `dget`/`dput` pair as an owned value):
 /// while it lives, the entry is not freed. `Clone` takes another reference (lock-free),
 /// `Drop` puts it (the kernel's `dput`; see the [module documentation](super)).
+#[doc(alias("dget", "dput"))]
 pub struct DentryRef<'a> {
     pub(crate) core: &'a Core,
     pub(crate) d: NonNull<Dentry>,

@@ -42,13 +42,8 @@
 use std::ptr::{self, NonNull};
 use std::sync::atomic::AtomicUsize as StdAtomicUsize;
 
-#[cfg(loom)]
-use loom::sync::{Mutex, MutexGuard};
-#[cfg(not(loom))]
-use std::sync::{Mutex, MutexGuard};
-
 use crate::sync::lockref::{LockRefGuard, RefPolicy};
-use crate::sync::loom::{spin_loop, yield_now, AtomicUsize, Ordering};
+use crate::sync::loom::{AtomicUsize, Mutex, MutexGuard, Ordering, SpinWait};
 use crate::sync::rcu;
 
 use super::entry::{
@@ -81,7 +76,7 @@ impl Bucket {
 
     /// Takes the bucket lock and returns the head.
     fn lock(&self) -> *mut Dentry {
-        let mut spins = 0;
+        let mut wait = SpinWait::new(BUCKET_SPINS);
         loop {
             let v = self.head.load(Ordering::Relaxed);
             if v & BUCKET_LOCKED == 0
@@ -97,12 +92,7 @@ impl Bucket {
             {
                 return v as *mut Dentry;
             }
-            if spins < BUCKET_SPINS {
-                spins += 1;
-                spin_loop();
-            } else {
-                yield_now();
-            }
+            wait.wait();
         }
     }
 
@@ -208,10 +198,13 @@ impl Drop for RenameGuard<'_> {
     }
 }
 
-fn lock_mutex<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panic while holding one of these mutexes leaves nothing half-done that a later holder
-    // could trip on (the list or the unit value), so poisoning is ignored.
-    m.lock().unwrap_or_else(|e| e.into_inner())
+/// What one pass of a reader of the rename sequence found ([`Core::rename_read`]).
+enum Pass<R> {
+    /// A result that holds whatever renames did meanwhile (checked under an entry's lock).
+    Sure(R),
+    /// A result that holds only if no rename ran during the pass; `complete` is false for a pass
+    /// cut short (a chain or a path longer than any the cache can hold).
+    Seen { result: R, complete: bool },
 }
 
 impl Core {
@@ -345,6 +338,7 @@ impl Core {
     /// kernel's `__d_lookup_rcu`), returning it with a snapshot of its sequence count under which
     /// its parent and name matched. `None` may be a false miss (see the module documentation).
     #[inline]
+    #[doc(alias = "__d_lookup_rcu")]
     pub(crate) fn lookup_rcu<'g>(
         &self,
         parent: &Dentry,
@@ -381,51 +375,41 @@ impl Core {
     /// Finds the hashed, live entry for `(parent, name)` and takes a reference on it (the
     /// kernel's `d_lookup`). A miss is exact: it is retried when a rename ran during the scan,
     /// and the third try holds the rename mutex.
+    #[doc(alias = "__d_lookup")]
     pub fn lookup_ref(&self, parent: &Dentry, name: &[u8], hash: u64) -> Option<DentryRef<'_>> {
-        let mut tries = 0;
-        loop {
-            let locked = (tries >= 2).then(|| lock_mutex(&self.rename_mutex));
-            let s = if locked.is_some() {
-                0
-            } else {
-                self.rename_seq.begin()
-            };
+        self.rename_read(|locked| {
             let mut complete = true;
-            {
-                let g = rcu::pin();
-                let mut p = self.bucket(parent, hash).first();
-                let mut steps = 0;
-                while !p.is_null() {
-                    // SAFETY: as in `lookup_rcu`.
-                    let d = unsafe { &*p };
-                    if ptr::eq(d.parent.load(Ordering::Relaxed), parent)
-                        && d.name_in(&g).hash == hash
+            let g = rcu::pin();
+            let mut p = self.bucket(parent, hash).first();
+            let mut steps = 0;
+            while !p.is_null() {
+                // SAFETY: as in `lookup_rcu`.
+                let d = unsafe { &*p };
+                if ptr::eq(d.parent.load(Ordering::Relaxed), parent) && d.name_in(&g).hash == hash {
+                    let mut lk = d.lockref.lock();
+                    // Under the entry's lock its parent, name and flags are stable.
+                    if !lk.is_dead()
+                        && d.flags.load(Ordering::Relaxed) & HASHED != 0
+                        && ptr::eq(d.parent.load(Ordering::Relaxed), parent)
+                        && *d.name_in(&g).bytes == *name
                     {
-                        let mut lk = d.lockref.lock();
-                        // Under the entry's lock its parent, name and flags are stable.
-                        if !lk.is_dead()
-                            && d.flags.load(Ordering::Relaxed) & HASHED != 0
-                            && ptr::eq(d.parent.load(Ordering::Relaxed), parent)
-                            && *d.name_in(&g).bytes == *name
-                        {
-                            lk.inc();
-                            drop(lk);
-                            return Some(DentryRef::adopt(self, NonNull::from(d)));
-                        }
+                        lk.inc();
+                        drop(lk);
+                        return Pass::Sure(Some(DentryRef::adopt(self, NonNull::from(d))));
                     }
-                    steps += 1;
-                    if locked.is_none() && steps > MAX_CHAIN {
-                        complete = false;
-                        break;
-                    }
-                    p = d.hash_next.load(Ordering::Acquire);
                 }
+                steps += 1;
+                if !locked && steps > MAX_CHAIN {
+                    complete = false;
+                    break;
+                }
+                p = d.hash_next.load(Ordering::Acquire);
             }
-            if locked.is_some() || (complete && !self.rename_seq.retry(s)) {
-                return None;
+            Pass::Seen {
+                result: None,
+                complete,
             }
-            tries += 1;
-        }
+        })
     }
 
     /// Allocates a hashed entry for `(parent, name)` with one reference, for the caller (the
@@ -502,7 +486,7 @@ impl Core {
     /// Starts a rename: the rename mutex is held and the rename sequence count is odd until the
     /// guard is dropped.
     pub fn rename_begin(&self) -> RenameGuard<'_> {
-        let m = lock_mutex(&self.rename_mutex);
+        let m = self.rename_mutex.lock();
         self.rename_seq.write_begin();
         RenameGuard {
             core: self,
@@ -731,7 +715,7 @@ impl Core {
         if f & ON_LRU != 0 {
             return false;
         }
-        let mut lru = lock_mutex(&self.lru);
+        let mut lru = self.lru.lock();
         // SAFETY: `d` is alive (we hold its lock, it is not dead) and not on the list (ON_LRU
         // is clear and changes only under both its lock and the LRU mutex).
         unsafe { lru.push_back(d) };
@@ -757,7 +741,7 @@ impl Core {
                 d.seq.invalidate();
             }
             if f & ON_LRU != 0 {
-                let mut lru = lock_mutex(&self.lru);
+                let mut lru = self.lru.lock();
                 // SAFETY: ON_LRU is set, so `d` is on the list.
                 unsafe { lru.remove(d) };
                 d.flags.fetch_and(!ON_LRU, Ordering::Release);
@@ -797,6 +781,7 @@ impl Core {
     /// Evicts up to `nr` unused entries from the cold end of the LRU; returns how many it
     /// killed. Entries used since the last pass get a second chance; entries found in use are
     /// taken off the list (their last `dput` puts them back).
+    #[doc(alias = "prune_dcache_sb")]
     pub fn shrink(&self, nr: usize) -> usize {
         self.shrink_inner(nr, false)
     }
@@ -804,6 +789,7 @@ impl Core {
     /// Evicts every unused entry, repeating while evictions leave parents unused; returns how
     /// many it killed. Afterwards (if nothing runs concurrently) the cache holds only entries in
     /// use and their ancestors. Stops when a pass makes no progress.
+    #[doc(alias = "shrink_dcache_sb")]
     pub fn shrink_all(&self) -> usize {
         let mut total = 0;
         loop {
@@ -820,7 +806,7 @@ impl Core {
     fn shrink_inner(&self, nr: usize, ignore_referenced: bool) -> usize {
         let mut dispose: Vec<NonNull<Dentry>> = Vec::new();
         {
-            let mut lru = lock_mutex(&self.lru);
+            let mut lru = self.lru.lock();
             let mut budget = lru.len.saturating_mul(2);
             while dispose.len() < nr && budget > 0 && !lru.head.is_null() {
                 budget -= 1;
@@ -874,14 +860,7 @@ impl Core {
     /// ancestors is unhashed (deleted). Reads without references, retrying when a rename ran
     /// meanwhile; the third try holds the rename mutex.
     pub fn path_of(&self, d: &Dentry) -> (Vec<u8>, bool) {
-        let mut tries = 0;
-        loop {
-            let locked = (tries >= 2).then(|| lock_mutex(&self.rename_mutex));
-            let s = if locked.is_some() {
-                0
-            } else {
-                self.rename_seq.begin()
-            };
+        self.rename_read(|_| {
             let g = rcu::pin();
             let mut names: Vec<&[u8]> = Vec::new();
             let mut deleted = false;
@@ -905,17 +884,41 @@ impl Core {
                 // reference on it then, so it was not yet handed to the epoch.
                 cur = unsafe { &*p };
             }
-            if locked.is_some() || (complete && !self.rename_seq.retry(s)) {
-                let mut out =
-                    Vec::with_capacity(names.iter().map(|n| n.len() + 1).sum::<usize>() + 1);
-                for n in names.iter().rev() {
-                    out.push(b'/');
-                    out.extend_from_slice(n);
+            let mut out = Vec::with_capacity(names.iter().map(|n| n.len() + 1).sum::<usize>() + 1);
+            for n in names.iter().rev() {
+                out.push(b'/');
+                out.extend_from_slice(n);
+            }
+            if out.is_empty() {
+                out.push(b'/');
+            }
+            Pass::Seen {
+                result: (out, deleted),
+                complete,
+            }
+        })
+    }
+
+    /// Runs `read` as a reader of the rename sequence until a pass saw no rename, or its result
+    /// holds anyway; the third try holds the rename mutex, so the loop always ends (the kernel's
+    /// `read_seqbegin_or_lock` / `need_seqretry`). `read` learns whether it runs under the mutex.
+    #[doc(alias("read_seqbegin_or_lock", "need_seqretry"))]
+    fn rename_read<R>(&self, mut read: impl FnMut(bool) -> Pass<R>) -> R {
+        let mut tries = 0;
+        loop {
+            let locked = (tries >= 2).then(|| self.rename_mutex.lock());
+            let s = if locked.is_some() {
+                0
+            } else {
+                self.rename_seq.begin()
+            };
+            match read(locked.is_some()) {
+                Pass::Sure(result) => return result,
+                Pass::Seen { result, complete } => {
+                    if locked.is_some() || (complete && !self.rename_seq.retry(s)) {
+                        return result;
+                    }
                 }
-                if out.is_empty() {
-                    out.push(b'/');
-                }
-                return (out, deleted);
             }
             tries += 1;
         }
@@ -957,112 +960,4 @@ impl Drop for Core {
 }
 
 #[cfg(all(test, not(loom)))]
-mod tests {
-    use super::super::entry::FileKind;
-    use super::*;
-
-    fn ident(ino: u64, kind: FileKind) -> Option<Identity> {
-        Some(Identity { dev: 1, ino, kind })
-    }
-
-    fn core(policy: RefPolicy, max_unused: usize) -> Core {
-        Core::new(policy, max_unused, 4, ident(1, FileKind::Dir).unwrap())
-    }
-
-    fn add<'a>(c: &'a Core, p: &Dentry, name: &str, ino: u64, kind: FileKind) -> DentryRef<'a> {
-        c.d_alloc(
-            p,
-            name.as_bytes(),
-            hash_name(name.as_bytes()),
-            ident(ino, kind),
-            0,
-        )
-    }
-
-    #[test]
-    fn counts_and_retention() {
-        for policy in [RefPolicy::Cmpxchg, RefPolicy::Spinlock] {
-            let c = core(policy, 100);
-            let root = c.root_ref();
-            let a = add(&c, &root, "a", 2, FileKind::Dir);
-            let b = add(&c, &a, "b", 3, FileKind::File);
-            assert_eq!(a.ref_count(), 2, "ours + b's");
-            assert_eq!(c.nr_dentry(), 3);
-            let b2 = b.clone();
-            assert_eq!(b.ref_count(), 2);
-            drop(b2);
-            drop(b);
-            // Retained: count 0, on the LRU, still found.
-            assert_eq!(c.nr_unused(), 1);
-            assert_eq!(c.nr_dentry(), 3);
-            let g = rcu::pin();
-            let (found, _) = c.lookup_rcu(&a, b"b", hash_name(b"b"), &g).unwrap();
-            assert_eq!(found.ref_count(), 0);
-            drop(g);
-            let b = c.lookup_ref(&a, b"b", hash_name(b"b")).unwrap();
-            assert_eq!(b.ref_count(), 1);
-            let p = b.dget_parent();
-            assert!(DentryRef::ptr_eq(&p, &a));
-            assert_eq!(c.path_of(&b), (b"/a/b".to_vec(), false));
-            drop((p, b, a, root));
-            assert_eq!(c.shrink_all(), 2);
-            assert_eq!(c.nr_dentry(), 1);
-            assert_eq!(c.nr_unused(), 0);
-        }
-    }
-
-    #[test]
-    fn unhashed_entries_die_with_their_last_reference_and_free_their_parents() {
-        let c = core(RefPolicy::Cmpxchg, 100);
-        let root = c.root_ref();
-        let a = add(&c, &root, "a", 2, FileKind::Dir);
-        let b = add(&c, &a, "b", 3, FileKind::Dir);
-        let x = add(&c, &b, "x", 4, FileKind::File);
-        c.d_drop(&b);
-        c.d_drop(&a);
-        assert_eq!(c.path_of(&x), (b"/a/b/x".to_vec(), true));
-        assert!(c.lookup_ref(&a, b"b", hash_name(b"b")).is_none());
-        drop((a, b));
-        assert_eq!(c.nr_dentry(), 4, "kept alive by x");
-        // x is hashed: retained; shrinking kills x, then b and a in one chain.
-        drop(x);
-        assert_eq!(c.nr_dentry(), 4);
-        c.shrink_all();
-        assert_eq!(c.nr_dentry(), 1);
-        assert_eq!(root.ref_count(), 2, "core's + ours");
-    }
-
-    #[test]
-    fn lru_is_bounded_and_gives_second_chances() {
-        let c = core(RefPolicy::Cmpxchg, 8);
-        let root = c.root_ref();
-        for i in 0..20 {
-            drop(add(&c, &root, &format!("f{i}"), 10 + i, FileKind::File));
-            assert!(c.nr_unused() <= 8, "{}", c.nr_unused());
-        }
-        assert_eq!(c.nr_dentry(), 9);
-        // The newest survive.
-        assert!(c.lookup_ref(&root, b"f19", hash_name(b"f19")).is_some());
-        assert!(c.lookup_ref(&root, b"f0", hash_name(b"f0")).is_none());
-    }
-
-    #[test]
-    fn d_move_rehashes_and_moves_children() {
-        let c = core(RefPolicy::Cmpxchg, 100);
-        let root = c.root_ref();
-        let a = add(&c, &root, "a", 2, FileKind::Dir);
-        let q = add(&c, &root, "q", 3, FileKind::Dir);
-        let x = add(&c, &a, "x", 4, FileKind::File);
-        {
-            let w = c.rename_begin();
-            c.d_move(&w, &a, &q, b"a2", hash_name(b"a2"));
-        }
-        assert_eq!(c.path_of(&x), (b"/q/a2/x".to_vec(), false));
-        assert!(c.lookup_ref(&root, b"a", hash_name(b"a")).is_none());
-        let a2 = c.lookup_ref(&q, b"a2", hash_name(b"a2")).unwrap();
-        assert!(DentryRef::ptr_eq(&a2, &a));
-        assert_eq!(root.ref_count(), 3, "core + ours + q");
-        assert_eq!(q.ref_count(), 2, "ours + a2");
-        assert_eq!(a.name(), "a2");
-    }
-}
+mod tests;

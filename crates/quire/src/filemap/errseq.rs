@@ -2,7 +2,7 @@
 //!
 //! A file's write-back can fail long after the `write` that dirtied the data returned. The error
 //! must reach every `fsync` caller that has not seen it yet — once each — and must not be lost
-//! when another caller sees it first (DESIGN.md rule 6). An [`ErrSeq`] is one 64-bit word per
+//! when another caller sees it first (rule 6 of docs/RULES.md). An [`ErrSeq`] is one 64-bit word per
 //! file; each open handle keeps a [`ErrSeqSince`] sample of it and compares on `fsync`.
 //!
 //! | bits | field | meaning |
@@ -42,6 +42,7 @@ impl ErrSeq {
     }
 
     /// Records a write-back error with a nonzero `code` (zero is taken as 1).
+    #[doc(alias = "errseq_set")]
     pub fn set(&self, code: u16) {
         let code = u64::from(code.max(1));
         let mut old = self.word.load(Ordering::Relaxed);
@@ -67,6 +68,7 @@ impl ErrSeq {
 
     /// A sample for a new handle: the current position, or "before the current error" if nobody
     /// has seen it yet.
+    #[doc(alias = "errseq_sample")]
     pub fn sample(&self) -> ErrSeqSince {
         let cur = self.word.load(Ordering::Acquire);
         if cur & CODE_MASK != 0 && cur & SEEN == 0 {
@@ -77,6 +79,7 @@ impl ErrSeq {
     }
 
     /// The error recorded since `since`, if any, without consuming it.
+    #[doc(alias = "errseq_check")]
     pub fn check(&self, since: ErrSeqSince) -> Option<u16> {
         let cur = self.word.load(Ordering::Acquire) & !SEEN;
         if cur == since.0 || cur & CODE_MASK == 0 {
@@ -87,6 +90,7 @@ impl ErrSeq {
     }
 
     /// Reports the error recorded since `*since`, once: marks it seen and moves `*since` past it.
+    #[doc(alias = "errseq_check_and_advance")]
     pub fn check_and_advance(&self, since: &mut ErrSeqSince) -> Option<u16> {
         let mut cur = self.word.load(Ordering::Acquire);
         loop {

@@ -24,7 +24,9 @@
 //! must therefore not call back into the page cache.
 
 use std::ops::Range;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use crate::sync::loom::{Mutex, MutexGuard};
 
 use super::mapping::Mapping;
 use crate::mem::folio::{Folio, FolioGuard};
@@ -84,8 +86,8 @@ impl IMmap {
         }
     }
 
-    fn list(&self) -> std::sync::MutexGuard<'_, Vec<Arc<dyn FileVma>>> {
-        self.vmas.lock().unwrap_or_else(|e| e.into_inner())
+    fn list(&self) -> MutexGuard<'_, Vec<Arc<dyn FileVma>>> {
+        self.vmas.lock()
     }
 
     /// The mappings that cover any of `pages`.
@@ -108,11 +110,13 @@ impl IMmap {
 
 impl Mapping {
     /// Adds a space's mapping of this file to its reverse map.
+    #[doc(alias = "vma_interval_tree_insert")]
     pub(crate) fn i_mmap_add(&self, vma: Arc<dyn FileVma>) {
         self.i_mmap.list().push(vma);
     }
 
     /// Removes a mapping added with [`Mapping::i_mmap_add`] (the same `Arc`).
+    #[doc(alias = "vma_interval_tree_remove")]
     pub(crate) fn i_mmap_remove(&self, vma: &Arc<dyn FileVma>) {
         self.i_mmap
             .list()

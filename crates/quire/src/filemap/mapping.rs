@@ -179,7 +179,8 @@ impl Mapping {
 
     // ---- lookups -------------------------------------------------------------------------
 
-    /// The folio at `index` with a reference, lock-free (DESIGN.md rule 5).
+    /// The folio at `index` with a reference, lock-free (rule 5 of docs/RULES.md).
+    #[doc(alias = "filemap_get_folio")]
     pub(crate) fn find_get(&self, index: u64) -> Option<FolioRef<'_>> {
         self.find_get_in(index, &rcu::pin())
     }
@@ -239,6 +240,7 @@ impl Mapping {
     /// Allocates a folio of order at most `order` for `index`, inserts it locked (not up to
     /// date) into the index, and returns it. `None` if something is already there (or, when
     /// `must` is false, if memory is short).
+    #[doc(alias = "filemap_add_folio")]
     fn insert_new(&self, index: u64, order: u32, must: bool) -> Result<Option<FolioGuard<'_>>> {
         let Some(folio) = self.cache.alloc(order, must)? else {
             return Ok(None);
@@ -755,6 +757,7 @@ impl Mapping {
 
     /// [`Mapping::read_folio_unprotected`] for a zero-copy reader: the bytes stay put while
     /// the reference is held (see [`Mapping::stable_for_reader`]).
+    #[doc(alias = "filemap_read_folio")]
     pub(crate) fn read_folio(&self, ra: &Readahead, index: u64) -> Result<FolioRef<'_>> {
         let f = self.read_folio_unprotected(ra, index)?;
         self.stable_for_reader(&f);
@@ -1144,6 +1147,7 @@ impl Mapping {
     /// Replaces the locked folio `g` by the shadow entry `shadow` computes, if it is still
     /// this mapping's, clean, not under write-back, and held by nobody but the index and `g`;
     /// returns whether it did (reclaim's eviction, the kernel's `__remove_mapping`).
+    #[doc(alias = "__remove_mapping")]
     pub(crate) fn evict(
         &self,
         g: &mut FolioGuard<'_>,
@@ -1172,6 +1176,7 @@ impl Mapping {
     }
 
     /// Records a write-back failure for every handle's next `fsync`.
+    #[doc(alias = "mapping_set_error")]
     pub(crate) fn record_error(&self, e: &StoreError) {
         self.errseq.set(errno_of(e));
     }

@@ -18,12 +18,12 @@
 //! | [`DIRTY_MARK`] | the folio is DIRTY |
 //! | [`WRITEBACK_MARK`] | the folio is under write-back |
 //!
-//! # Lookups (DESIGN.md rule 5)
+//! # Lookups (rule 5 of docs/RULES.md)
 //!
 //! A lookup pins an epoch guard, loads the slot, takes a speculative reference with
 //! [`Folio::try_get`] (which fails on a free or frozen descriptor) and loads the slot again: if
 //! it still holds the same folio, the reference is good; otherwise it is put back and the lookup
-//! starts over. Descriptors are never freed (rule 1), so the speculative reference is always
+//! starts over. Descriptors are never freed (rule 1 of docs/RULES.md), so the speculative reference is always
 //! safe to attempt.
 //!
 //! # Changing bytes
@@ -34,7 +34,7 @@
 //! folio in the index (copy on write) when readers hold references. Writers also wait for
 //! write-back to finish, so the bytes being written to the store are stable.
 //!
-//! # Write-back (rule 6)
+//! # Write-back (rule 6 of docs/RULES.md)
 //!
 //! Writes mark folios DIRTY (and [`DIRTY_MARK`] in the index) and count dirty frames
 //! cache-wide. A background flusher writes back when dirty memory passes
@@ -736,12 +736,14 @@ impl CachedFile {
     /// copying: its bytes are `bytes()` of the returned reference; page `index` starts at byte
     /// `(index - folio.index()) * 4096` of them. Bytes past the end of the file read as zeros.
     /// Fails past the end of the file with an `UnexpectedEof` store error.
+    #[doc(alias = "read_cache_folio")]
     pub fn read_folio(&self, index: u64) -> Result<FolioRef<'_>> {
         self.mapping.read_folio(&self.ra, index)
     }
 
     /// [`CachedFile::read_folio`] for a fault of a space, which does not borrow the bytes: a
     /// folio spaces map writable stays so.
+    #[doc(alias = "filemap_fault")]
     pub(crate) fn fault_folio(&self, index: u64) -> Result<FolioRef<'_>> {
         self.mapping.read_folio_unprotected(&self.ra, index)
     }
@@ -761,18 +763,21 @@ impl CachedFile {
     /// `data.len()`. Pages the write covers only in part are read first if not cached. The data
     /// is dirty in the cache until written back; the writer may wait if dirty memory is above
     /// the limit.
+    #[doc(alias = "generic_perform_write")]
     pub fn write_at(&self, offset: u64, data: &[u8]) -> Result<usize> {
         self.mapping.write_at(offset, data)
     }
 
     /// Sets the file's length: cutting drops every folio wholly past the end (dirty data there
     /// is dead) and zeroes the tail of the last one; growing reads as zeros.
+    #[doc(alias = "truncate_setsize")]
     pub fn set_len(&self, len: u64) -> Result<()> {
         self.mapping.set_len(len)
     }
 
     /// Writes back every dirty folio of the file, waits for all write-back, syncs the store,
     /// and reports a write-back error recorded since this handle last reported one.
+    #[doc(alias("vfs_fsync_range", "file_write_and_wait_range"))]
     pub fn fsync(&self) -> Result<()> {
         self.sync_range(0, u64::MAX)
     }
@@ -781,6 +786,7 @@ impl CachedFile {
     /// write-back error recorded since this handle last reported one — [`CachedFile::fsync`]
     /// without syncing the store: the data has reached the store, not stable storage (what
     /// NFS does when a file is closed, so that `close` can report the error).
+    #[doc(alias = "filemap_flush")]
     pub fn flush(&self) -> Result<()> {
         let written = self.mapping.write_back_range(0, u64::MAX, true);
         let mut since = self.since.lock().unwrap();
@@ -794,6 +800,7 @@ impl CachedFile {
 
     /// [`CachedFile::fsync`] for the bytes `offset .. offset + len` only (the store is still
     /// synced whole).
+    #[doc(alias = "sync_file_range")]
     pub fn sync_range(&self, offset: u64, len: u64) -> Result<()> {
         let first = offset >> FRAME_SHIFT;
         let last = offset.saturating_add(len.max(1) - 1) >> FRAME_SHIFT;
@@ -814,6 +821,7 @@ impl CachedFile {
 
     /// Writes back the file's dirty data and then drops every folio of it that nobody is using;
     /// returns the frames freed. Dirty folios that could not be written stay cached.
+    #[doc(alias = "invalidate_mapping_pages")]
     pub fn invalidate(&self) -> Result<usize> {
         let _ = self.mapping.write_back_range(0, u64::MAX, true);
         Ok(self.mapping.invalidate())

@@ -99,6 +99,7 @@ impl RaState {
 
     /// A read of `req` pages at `index` missed the cache. Returns what to read now: the request
     /// itself if the access is random, or a readahead window that covers it.
+    #[doc(alias = "page_cache_sync_ra")]
     pub fn on_miss(&mut self, index: u64, req: u64) -> RaWindow {
         let req = req.max(1);
         if self.max == 0 || !self.sequential(index) {
@@ -122,6 +123,7 @@ impl RaState {
     /// A reader reached the folio covering `first ..= last`, which carries the readahead marker.
     /// Returns the next window to read asynchronously, or `None` if the marker is stale (not
     /// this stream's).
+    #[doc(alias = "page_cache_async_ra")]
     pub fn on_marker(&mut self, first: u64, last: u64) -> Option<RaWindow> {
         if self.max == 0 {
             return None;
@@ -218,14 +220,15 @@ impl Readahead {
         })
     }
 
-    fn locked(&self) -> std::sync::MutexGuard<'_, RaState> {
-        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+    fn locked(&self) -> MutexGuard<'_, RaState> {
+        let mut st = self.state.lock();
         let prev = self.prev.load(Ordering::Relaxed);
         st.prev = (prev != u64::MAX).then_some(prev);
         st
     }
 
     /// [`RaState::on_miss`].
+    #[doc(alias = "page_cache_sync_ra")]
     pub fn on_miss(&self, index: u64, req: u64) -> RaWindow {
         let w = self.locked().on_miss(index, req);
         // A miss starts a new position, random or not: a read that continues it is sequential.
@@ -235,6 +238,7 @@ impl Readahead {
     }
 
     /// [`RaState::on_marker`].
+    #[doc(alias = "page_cache_async_ra")]
     pub fn on_marker(&self, first: u64, last: u64) -> Option<RaWindow> {
         self.locked().on_marker(first, last)
     }
@@ -260,6 +264,7 @@ thread_local! {
 
 /// Cuts `[start, start + nr)` into naturally aligned pieces of order at most `max_order`,
 /// largest first where alignment allows: `(index, order)` pairs in index order.
+#[doc(alias = "page_cache_ra_order")]
 pub fn folio_orders(start: u64, nr: u64, max_order: u32) -> Vec<(u64, u32)> {
     let mut out = Vec::new();
     let end = start.saturating_add(nr);
@@ -279,8 +284,8 @@ pub fn folio_orders(start: u64, nr: u64, max_order: u32) -> Vec<(u64, u32)> {
     out
 }
 
+use crate::sync::loom::{Mutex, MutexGuard};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
 
 use crossbeam_utils::CachePadded;
 

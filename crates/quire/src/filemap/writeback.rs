@@ -7,7 +7,7 @@
 //! folio from its index while WRITEBACK is set — truncation waits for it, reclaim and
 //! invalidation skip it, and writers wait for it before changing the bytes — so the bytes are
 //! stable and the folio is still in the index when the write ends. If the write fails, the folio
-//! is made dirty again before WRITEBACK is cleared (DESIGN.md rule 6) and the error is recorded
+//! is made dirty again before WRITEBACK is cleared (rule 6 of docs/RULES.md) and the error is recorded
 //! in the file's error sequence.
 
 use std::ptr;
@@ -25,6 +25,7 @@ impl Mapping {
     /// for folios it cannot lock at once and for every write-back in the range to finish (a
     /// data-integrity write-back); without, it skips busy folios (the flusher). Returns the
     /// first error; every error is also recorded for `fsync`.
+    #[doc(alias = "filemap_fdatawrite_range")]
     pub(crate) fn write_back_range(&self, first: u64, last: u64, wait: bool) -> Result<()> {
         let policy = self.policy();
         let mut targets = Vec::new();
@@ -238,6 +239,7 @@ impl Mapping {
 /// threshold or reclaim asked (`all`), and otherwise the files whose dirty data has expired.
 /// Returns whether dirty memory is still above the threshold and the pass made progress (so
 /// another pass should follow).
+#[doc(alias = "wb_writeback")]
 pub(crate) fn flush_pass(cache: &Cache, all: bool) -> bool {
     let before = cache.dirty.load(Ordering::Relaxed);
     let over = all || before > cache.dirty_background_frames();

@@ -49,10 +49,7 @@ use crossbeam_utils::CachePadded;
 use std::cell::Cell;
 use std::sync::atomic::{AtomicUsize as StdAtomicUsize, Ordering as StdOrdering};
 
-#[cfg(loom)]
-use loom::sync::{Mutex, MutexGuard};
-#[cfg(not(loom))]
-use std::sync::{Mutex, MutexGuard};
+use crate::sync::loom::{Mutex, MutexGuard};
 
 /// The largest order: blocks of 2^9 frames = 2 MiB.
 pub const MAX_ORDER: u32 = 9;
@@ -68,15 +65,6 @@ const NO_BLOCK: usize = usize::MAX;
 
 /// The most frames one cache shard keeps.
 const PCP_HIGH_MAX: usize = 128;
-
-/// Locks a mutex, ignoring poisoning: every critical section here leaves the data consistent
-/// before anything in it can panic (the only panics are assertions on caller bugs).
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    match m.lock() {
-        Ok(g) => g,
-        Err(poisoned) => poisoned.into_inner(),
-    }
-}
 
 /// The free lists, behind the zone lock.
 struct Zone {
@@ -377,7 +365,7 @@ impl Buddy {
     /// is dropped.
     fn zone(&self) -> ZoneGuard<'_> {
         ZoneGuard {
-            zone: lock(&self.zone),
+            zone: self.zone.lock(),
             buddy: self,
         }
     }
@@ -408,6 +396,7 @@ impl Buddy {
     /// Allocates a block of 2^`order` frames, naturally aligned (its first frame is a multiple of
     /// 2^`order`), and returns its first frame. `None` when no such block is free after the
     /// caches were drained, or when `order > MAX_ORDER`.
+    #[doc(alias("__alloc_pages", "rmqueue"))]
     pub fn alloc(&self, order: u32) -> Option<u32> {
         if order > MAX_ORDER {
             return None;
@@ -426,7 +415,7 @@ impl Buddy {
 
     /// Order 0 through this thread's shard, refilling it from the zone when it is empty.
     fn alloc_cached(&self) -> Option<u32> {
-        let mut pcp = lock(self.my_shard());
+        let mut pcp = self.my_shard().lock();
         let pfn = match pcp.frames.pop() {
             Some(pfn) => pfn,
             None => {
@@ -463,11 +452,12 @@ impl Buddy {
     /// `pfn` must have been returned by [`Buddy::alloc`] of this allocator with this `order`, and
     /// not freed since. (The allocator itself stays memory safe either way, but whoever hands the
     /// frames' memory out relies on no frame being handed out twice.)
+    #[doc(alias("__free_pages", "free_one_page"))]
     pub unsafe fn free(&self, pfn: u32, order: u32) {
         debug_assert!(order <= MAX_ORDER && (pfn as usize) < self.nr_frames);
         debug_assert_eq!(pfn % (1 << order), 0, "misaligned free of frame {pfn}");
         if order == 0 && self.pcp_high > 0 {
-            let mut pcp = lock(self.my_shard());
+            let mut pcp = self.my_shard().lock();
             pcp.allocated -= 1;
             pcp.frames.push(pfn);
             self.cached_free.fetch_add(1, StdOrdering::Relaxed);
@@ -489,12 +479,13 @@ impl Buddy {
 
     /// Returns every frame held in the order-0 caches to the free lists (where it merges with its
     /// buddies). Returns how many frames were moved.
+    #[doc(alias = "drain_all_pages")]
     pub fn drain(&self) -> usize {
         let mut moved = 0;
         let mut frames = Vec::new();
         for shard in self.pcp.iter() {
             {
-                let mut pcp = lock(shard);
+                let mut pcp = shard.lock();
                 if pcp.frames.is_empty() {
                     continue;
                 }
@@ -514,7 +505,7 @@ impl Buddy {
 
     /// Counts frames, with every shard and the zone locked at once (a consistent snapshot).
     pub fn stats(&self) -> BuddyStats {
-        let shards: Vec<_> = self.pcp.iter().map(|s| lock(s)).collect();
+        let shards: Vec<_> = self.pcp.iter().map(|s| s.lock()).collect();
         let zone = self.zone();
         let cached = shards.iter().map(|p| p.frames.len()).sum();
         let allocated = zone.allocated + shards.iter().map(|p| p.allocated).sum::<isize>();

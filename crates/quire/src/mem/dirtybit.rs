@@ -59,7 +59,7 @@
 //!
 //! If the hardware test itself fails (the kernel returns an error, which it does only when out
 //! of memory for page tables), the frames are reported written: a spurious write-back costs
-//! time, a missed one loses data (DESIGN.md rule 6).
+//! time, a missed one loses data (rule 6 of docs/RULES.md).
 
 use std::ffi::c_void;
 use std::fmt;

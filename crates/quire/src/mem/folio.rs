@@ -5,13 +5,13 @@
 //! array (the memmap). When frames are allocated as a folio of order k, the descriptor of its
 //! first frame (the *head*) describes the whole folio; the other 2^k − 1 descriptors (tails) stay
 //! unused with a reference count of zero, so that a speculative [`Folio::try_get`] on them fails.
-//! Descriptors live as long as the pool (DESIGN.md rule 1): a lock-free reader may hold a `&Folio`
+//! Descriptors live as long as the pool (rule 1 of docs/RULES.md): a lock-free reader may hold a `&Folio`
 //! whose folio was freed and reused; it takes a reference with `try_get` and then re-checks
 //! whatever slot led it there.
 //!
 //! # The flag word
 //!
-//! One `AtomicU64` per folio (DESIGN.md rule 2). Bits 0 and 1 belong to [`crate::sync::bitwait`].
+//! One `AtomicU64` per folio (rule 2 of docs/RULES.md). Bits 0 and 1 belong to [`crate::sync::bitwait`].
 //!
 //! | bit(s) | name | meaning | set / cleared |
 //! |---|---|---|---|
@@ -304,6 +304,7 @@ impl Folio {
 
     /// Whether some space maps the folio (its mapcount, in [`MAPCOUNT_BITS`], is not zero).
     #[inline]
+    #[doc(alias = "folio_mapped")]
     pub(crate) fn is_mapped(&self) -> bool {
         self.flags.load(Ordering::Acquire) & MAPCOUNT_BITS != 0
     }
@@ -330,18 +331,21 @@ impl Folio {
 
     /// The folio's order: it spans 2^order frames. Meaningful while a reference is held.
     #[inline]
+    #[doc(alias = "folio_order")]
     pub fn order(&self) -> u32 {
         ((self.flags.load(Ordering::Acquire) & ORDER_MASK) >> ORDER_SHIFT) as u32
     }
 
     /// Frames in the folio (2^order).
     #[inline]
+    #[doc(alias = "folio_nr_pages")]
     pub fn nr_frames(&self) -> usize {
         1 << self.order()
     }
 
     /// Bytes in the folio (4 KiB << order).
     #[inline]
+    #[doc(alias = "folio_size")]
     pub fn size(&self) -> usize {
         FRAME_SIZE << self.order()
     }
@@ -354,18 +358,21 @@ impl Folio {
 
     /// Whether the bytes hold valid data.
     #[inline]
+    #[doc(alias = "folio_test_uptodate")]
     pub fn is_uptodate(&self) -> bool {
         self.flags.load(Ordering::Acquire) & UPTODATE != 0
     }
 
     /// Whether the folio lock is held.
     #[inline]
+    #[doc(alias = "folio_test_locked")]
     pub fn is_locked(&self) -> bool {
         self.flags.load(Ordering::Acquire) & LOCKED != 0
     }
 
     /// Whether write-back is in flight.
     #[inline]
+    #[doc(alias = "folio_test_writeback")]
     pub fn is_writeback(&self) -> bool {
         self.flags.load(Ordering::Acquire) & WRITEBACK != 0
     }
@@ -401,6 +408,7 @@ impl Folio {
 
     /// A racy snapshot of the reference count.
     #[inline]
+    #[doc(alias = "folio_ref_count")]
     pub fn ref_count(&self) -> u32 {
         self.refcount.load(Ordering::Relaxed)
     }
@@ -410,6 +418,7 @@ impl Folio {
     /// [`FramePool::try_get`], which returns a [`FolioRef`]; a raw reference taken here is leaked
     /// unless it is turned into one with [`FramePool::ref_from_raw`].
     #[inline]
+    #[doc(alias = "folio_try_get")]
     pub fn try_get(&self) -> bool {
         let mut c = self.refcount.load(Ordering::Relaxed);
         loop {
@@ -464,6 +473,7 @@ impl Folio {
     /// their holders may drop, clone or use them (nor read the folio's bytes) until the caller
     /// unfreezes — and must unfreeze. Prefer [`FolioGuard::freeze`].
     #[inline]
+    #[doc(alias = "folio_ref_freeze")]
     pub unsafe fn try_freeze(&self, expected: u32) -> bool {
         let frozen = expected != 0
             && self
@@ -486,6 +496,7 @@ impl Folio {
     /// The caller froze the folio with [`Folio::try_freeze`] and `count` is the number of
     /// references that exist now (at least 1: dropping the last one frees the folio).
     #[inline]
+    #[doc(alias = "folio_ref_unfreeze")]
     pub unsafe fn unfreeze(&self, count: u32) {
         debug_assert_eq!(self.refcount.load(Ordering::Relaxed), 0);
         debug_assert!(count > 0);
@@ -549,6 +560,7 @@ impl Folio {
 
     /// The folio's index in its owner.
     #[inline]
+    #[doc(alias = "folio_index")]
     pub fn index(&self) -> u64 {
         self.index.load(Ordering::Acquire)
     }
@@ -577,12 +589,14 @@ impl Folio {
     /// reference. Release it with [`Folio::unlock`]; to touch the bytes, lock through
     /// [`FolioRef::lock`] instead.
     #[inline]
+    #[doc(alias = "folio_trylock")]
     pub fn try_lock(&self) -> bool {
         bitwait::try_lock(&self.flags)
     }
 
     /// Takes the folio lock without a guard, sleeping while it is held; see [`Folio::try_lock`].
     #[inline]
+    #[doc(alias = "folio_lock")]
     pub fn lock(&self) {
         bitwait::lock(&self.flags)
     }
@@ -601,6 +615,7 @@ impl Folio {
     /// The calling thread (or one that handed it over) took the lock without a guard and still
     /// holds it. Unlocking a lock held by a [`FolioGuard`] would let two threads write the bytes.
     #[inline]
+    #[doc(alias = "folio_unlock")]
     pub unsafe fn unlock(&self) {
         bitwait::unlock(&self.flags)
     }
@@ -617,6 +632,7 @@ impl Folio {
 
     /// Sleeps until the folio is unlocked (acquire), without taking the lock.
     #[inline]
+    #[doc(alias = "folio_wait_locked")]
     pub fn wait_locked(&self) {
         bitwait::wait_clear(&self.flags, LOCKED)
     }
@@ -629,6 +645,7 @@ impl Folio {
 
     /// Sleeps until the folio is unlocked, or until `cancel` fires.
     #[inline]
+    #[doc(alias = "folio_wait_locked_killable")]
     pub fn wait_locked_cancellable(&self, cancel: &Cancel) -> Result<(), WaitError> {
         bitwait::wait_clear_cancellable(&self.flags, LOCKED, cancel)
     }
@@ -636,12 +653,14 @@ impl Folio {
     /// Marks write-back in flight; returns whether it already was. The page cache calls it with
     /// the folio locked, after clearing [`DIRTY`], and may unlock before the I/O completes.
     #[inline]
+    #[doc(alias = "folio_start_writeback")]
     pub fn start_writeback(&self) -> bool {
         bitwait::set_bit(&self.flags, WRITEBACK)
     }
 
     /// Ends write-back: clears [`WRITEBACK`] (release) and wakes whoever waits for it.
     #[inline]
+    #[doc(alias = "folio_end_writeback")]
     pub fn end_writeback(&self) {
         bitwait::clear_and_wake(&self.flags, WRITEBACK)
     }
@@ -654,6 +673,7 @@ impl Folio {
 
     /// Sleeps until no write-back is in flight (acquire).
     #[inline]
+    #[doc(alias = "folio_wait_writeback")]
     pub fn wait_writeback(&self) {
         bitwait::wait_clear(&self.flags, WRITEBACK)
     }
@@ -786,6 +806,7 @@ impl<'p> FolioRef<'p> {
 
     /// The folio's first frame number in its pool.
     #[inline]
+    #[doc(alias = "folio_pfn")]
     pub fn pfn(&self) -> usize {
         self.pool.pfn_of_desc(self.folio)
     }
@@ -814,6 +835,7 @@ impl<'p> FolioRef<'p> {
 
     /// Takes the folio lock, sleeping while another thread holds it.
     #[inline]
+    #[doc(alias = "folio_lock")]
     pub fn lock(self) -> FolioGuard<'p> {
         self.lock_with(WaitPolicy::Exact)
     }
@@ -828,6 +850,7 @@ impl<'p> FolioRef<'p> {
 
     /// Takes the folio lock if it is free; gives the reference back otherwise.
     #[inline]
+    #[doc(alias = "folio_trylock")]
     pub fn try_lock(self) -> Result<FolioGuard<'p>, FolioRef<'p>> {
         self.try_lock_with(WaitPolicy::Exact)
     }
@@ -843,6 +866,7 @@ impl<'p> FolioRef<'p> {
     }
 
     /// Takes the folio lock, or gives up when `cancel` fires (returning the reference).
+    #[doc(alias = "folio_lock_killable")]
     pub fn lock_cancellable(
         self,
         cancel: &Cancel,
@@ -938,6 +962,7 @@ impl<'p> FolioGuard<'p> {
 
     /// The folio's first frame number.
     #[inline]
+    #[doc(alias = "folio_pfn")]
     pub fn pfn(&self) -> usize {
         self.pool.pfn_of_desc(self.folio)
     }
@@ -970,6 +995,7 @@ impl<'p> FolioGuard<'p> {
     /// Sets [`UPTODATE`] (release): from now on references lend the bytes. Returns whether it was
     /// already set.
     #[inline]
+    #[doc(alias = "folio_mark_uptodate")]
     pub fn mark_uptodate(&mut self) -> bool {
         self.folio.flags.fetch_or(UPTODATE, Ordering::Release) & UPTODATE != 0
     }
@@ -986,6 +1012,7 @@ impl<'p> FolioGuard<'p> {
     /// drop or clone them, or read the folio's bytes through them until the freeze ends. (A wrong
     /// count could otherwise succeed while another thread reads the bytes.)
     #[inline]
+    #[doc(alias = "folio_ref_freeze")]
     pub unsafe fn freeze(&mut self, raw_refs: u32) -> Option<FrozenFolio<'_, 'p>> {
         let expected = raw_refs.checked_add(1)?;
         // SAFETY: the guard's own reference and, by the caller's promise, `raw_refs` raw ones are
@@ -1026,6 +1053,7 @@ impl<'p> FolioGuard<'p> {
 
     /// Unlocks and returns the reference.
     #[inline]
+    #[doc(alias = "folio_unlock")]
     pub fn unlock(self) -> FolioRef<'p> {
         let (folio, pool, policy) = (self.folio, self.pool, self.policy);
         std::mem::forget(self);
@@ -1098,6 +1126,7 @@ impl<'p> FrozenFolio<'_, 'p> {
 
     /// Sets [`UPTODATE`].
     #[inline]
+    #[doc(alias = "folio_mark_uptodate")]
     pub fn mark_uptodate(&mut self) {
         self.guard.folio.flags.fetch_or(UPTODATE, Ordering::Release);
     }
@@ -1105,6 +1134,7 @@ impl<'p> FrozenFolio<'_, 'p> {
     /// Clears [`UPTODATE`] (e.g. on invalidation): references taken after the freeze no longer
     /// lend the bytes.
     #[inline]
+    #[doc(alias = "folio_clear_uptodate")]
     pub fn clear_uptodate(&mut self) {
         self.guard
             .folio
@@ -1121,6 +1151,7 @@ impl<'p> FrozenFolio<'_, 'p> {
     ///
     /// The holders of those `n` raw references must never use them again.
     #[inline]
+    #[doc(alias = "folio_ref_sub")]
     pub unsafe fn release_raw_refs(&mut self, n: u32) -> bool {
         // The guard's own reference is never released here.
         if n > self.restore - 1 {

@@ -1,4 +1,4 @@
-//! Memory: the frame pool, the buddy allocator and folio descriptors (DESIGN.md rules 1–3).
+//! Memory: the frame pool, the buddy allocator and folio descriptors (rules 1–3 of docs/RULES.md).
 //!
 //! - [`pool`]: one anonymous mapping of `capacity` bytes cut into 4 KiB frames, 2 MiB aligned,
 //!   with a descriptor ([`Folio`]) per frame — the memmap.

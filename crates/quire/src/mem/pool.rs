@@ -1,4 +1,4 @@
-//! The frame pool: all the memory a cache will ever use, mapped once (DESIGN.md rule 1).
+//! The frame pool: all the memory a cache will ever use, mapped once (rule 1 of docs/RULES.md).
 //!
 //! # Layout
 //!
@@ -199,6 +199,7 @@ impl FramePool {
     /// Allocates a folio of 2^`order` frames with one reference, unlocked, with no flags but
     /// its order, no owner and index 0. Its bytes are *not* zeroed. `None` when no block of that
     /// order is free (after draining the order-0 caches) or when `order > MAX_ORDER`.
+    #[doc(alias = "folio_alloc")]
     pub fn alloc(&self, order: u32) -> Option<FolioRef<'_>> {
         let pfn = self.buddy.alloc(order)? as usize;
         // The new owner writes these frames from here on; a reference-free reader of the folio
@@ -309,6 +310,7 @@ impl FramePool {
     }
 
     /// Returns a folio whose last reference was just put.
+    #[doc(alias = "free_unref_folios")]
     pub(crate) fn free_folio(&self, folio: &Folio) {
         let order = folio.reset_freed();
         let pfn = self.pfn_of_desc(folio);
@@ -319,6 +321,7 @@ impl FramePool {
     }
 
     /// Returns the frames cached for order-0 allocations to the free lists; returns how many.
+    #[doc(alias = "drain_all_pages")]
     pub fn drain(&self) -> usize {
         self.buddy.drain()
     }

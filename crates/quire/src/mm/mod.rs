@@ -39,7 +39,7 @@
 //! from the writer mlocked it, reclaim unmaps the writer (leaving a swap entry) and fails on the
 //! locker; when the locker exits its last unmap must transfer the bit, or reclaim frees a folio
 //! it thinks clean and the writer reads stale bytes from swap (`tests/mm_review.rs`).
-//! [`DirtyTest::Always`] tests on every last unmap (the "before", rule 7). Reclaim's own unmap
+//! [`DirtyTest::Always`] tests on every last unmap (the "before", rule 7 of docs/RULES.md). Reclaim's own unmap
 //! always tests. Tests are counted as `dirty_tests`, transfers as `dirty_transfers`.
 //!
 //! # Lock order
@@ -89,7 +89,7 @@ use rmap::AnonVma;
 use swap_state::SwapCache;
 use swapfile::SwapDevice;
 
-/// When the last mapping of a folio goes, whether its hardware dirty bit is tested (rule 7:
+/// When the last mapping of a folio goes, whether its hardware dirty bit is tested (rule 7 of docs/RULES.md:
 /// [`DirtyTest::Always`] is the "before").
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[allow(clippy::manual_non_exhaustive)] // the hidden variant is used, by the review's test

@@ -208,6 +208,7 @@ impl AnonInner {
 
     /// A new pte maps `f` (the caller holds that space's page-table lock and gives the pte a
     /// reference): one more mapping (`folio_add_anon_rmap`, `folio_dup_anon_rmap`).
+    #[doc(alias = "folio_add_anon_rmap_pte")]
     pub(crate) fn add_rmap(&self, f: &Folio) {
         let old = f.add_owner_bits(MAPCOUNT_ONE);
         debug_assert!(mapcount(old) < super::MAX_MAPCOUNT);

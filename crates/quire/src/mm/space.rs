@@ -696,6 +696,7 @@ impl Space {
     /// mapped read-only in both, swap entries are duplicated. File mappings are shared: the
     /// child maps the same file pages, and faults them in when it touches them. Locks are not
     /// inherited.
+    #[doc(alias = "dup_mmap")]
     pub fn fork(&self) -> Result<Space, MmError> {
         let mm = &self.inner.mm;
         let pool = mm.cache.pool();
@@ -755,6 +756,7 @@ impl Space {
     /// Locks `range` in memory (`mlock`): every page is brought in (allocated if never touched,
     /// swapped in if out) and its folio moves to the unevictable list; reclaim never unmaps it
     /// from this space.
+    #[doc(alias = "mlock_fixup")]
     pub fn mlock(&self, range: Range<u64>) -> Result<(), MmError> {
         self.check(&range)?;
         let mm = &*self.inner.mm;
@@ -775,6 +777,7 @@ impl Space {
 
     /// Unlocks `range` (`munlock`): folios no space maps locked any more go back to the
     /// evictable lists.
+    #[doc(alias = "munlock_fixup")]
     pub fn munlock(&self, range: Range<u64>) -> Result<(), MmError> {
         self.check(&range)?;
         let mm = &*self.inner.mm;
@@ -794,6 +797,7 @@ impl Space {
 
     /// Makes `range` read-only, or writable again (`mprotect`). Writes to a read-only page fail
     /// with [`MmError::ReadOnly`].
+    #[doc(alias = "mprotect_fixup")]
     pub fn mprotect(&self, range: Range<u64>, writable: bool) -> Result<(), MmError> {
         self.check(&range)?;
         let mut pt = self.pt();
@@ -813,6 +817,7 @@ impl Space {
     ///
     /// File mappings inside the range go; those it covers in part keep the rest (the writes
     /// their unmapped pages recorded become dirty in the file).
+    #[doc(alias = "do_vmi_munmap")]
     pub fn munmap(&self, range: Range<u64>) -> Result<(), MmError> {
         self.check(&range)?;
         let mut vmas = self.inner.vmas_mut();
@@ -863,6 +868,7 @@ impl Space {
     /// Reclaims the pages of `range` now (`MADV_PAGEOUT`): each present folio goes through
     /// reclaim as if it had reached the inactive tail, references ignored — into swap, unless a
     /// space maps it locked or somebody holds it. Returns the folios freed.
+    #[doc(alias = "madvise_pageout")]
     pub fn pageout(&self, range: Range<u64>) -> Result<usize, MmError> {
         self.check(&range)?;
         let mm = &*self.inner.mm;

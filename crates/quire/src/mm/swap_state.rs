@@ -64,6 +64,7 @@ impl SwapCache {
     }
 
     /// The folio for `slot`, with a reference (`swap_cache_get_folio`).
+    #[doc(alias = "swap_cache_get_folio")]
     pub(crate) fn lookup<'p>(&self, pool: &'p FramePool, slot: u64) -> Lookup<'p> {
         let xa = self.xa.lock();
         match xa.load(slot) {
@@ -289,6 +290,7 @@ impl AnonInner {
     /// returns it with a reference, unlocked (`swapin_readahead` for one page,
     /// `read_swap_cache_async`). `None`: look again (a folio was on its way out, or another
     /// thread added one first).
+    #[doc(alias = "read_swap_cache_async")]
     pub(crate) fn swapin(
         &self,
         slot: u64,

@@ -16,8 +16,8 @@
 //! was found, under one lock (the kernel's per-cluster allocator is a scalability refinement of
 //! the same idea).
 
+use crate::sync::loom::{Mutex, MutexGuard};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
 
 use crate::mem::folio::FRAME_SIZE;
 use crate::store::{Store, StoreError};
@@ -54,8 +54,8 @@ impl SwapDevice {
         }
     }
 
-    fn map(&self) -> std::sync::MutexGuard<'_, SwapMap> {
-        self.map.lock().unwrap_or_else(|e| e.into_inner())
+    fn map(&self) -> MutexGuard<'_, SwapMap> {
+        self.map.lock()
     }
 
     /// Slots in the device.

@@ -15,10 +15,10 @@
 //! A fault fires a chosen number of times ([`Fault::times`]; once by default) or forever
 //! ([`Fault::persistent`]). The wrapper counts what it injected, per fault and in total.
 
+use crate::sync::loom::{Mutex, MutexGuard};
 use std::io;
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
 
 use super::{check_range, Op, Result, Store, StoreError};
 
@@ -210,8 +210,8 @@ impl<S: Store> FaultyStore<S> {
         self.inner
     }
 
-    fn faults(&self) -> std::sync::MutexGuard<'_, Faults> {
-        self.faults.lock().unwrap_or_else(|p| p.into_inner())
+    fn faults(&self) -> MutexGuard<'_, Faults> {
+        self.faults.lock()
     }
 
     /// Arms a fault.
@@ -323,7 +323,7 @@ impl<S: Store> FaultyStore<S> {
 
 impl<S: Store> FaultyStore<S> {
     /// Fires armed fault `i`: counts it, retires it if it is used up, and returns what it does.
-    fn fire(&self, mut f: std::sync::MutexGuard<'_, Faults>, i: usize) -> FaultKind {
+    fn fire(&self, mut f: MutexGuard<'_, Faults>, i: usize) -> FaultKind {
         let a = &mut f.armed[i];
         a.fired += 1;
         let kind = a.fault.kind;

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use rustix::fs::{self, Mode, OFlags};
 use rustix::io::Errno;
 
-use super::{check_alignment, check_range, Op, Result, Store, StoreError};
+use super::{check_range, check_request, Op, Result, Store, StoreError};
 
 /// The alignment a [`FileStore`] opened with `O_DIRECT` demands.
 pub const DIRECT_ALIGN: usize = 4096;
@@ -168,52 +168,36 @@ impl FileStore {
     }
 }
 
+/// Runs a system call again while it fails with `EINTR` (a signal arrived before it did
+/// anything); any other error becomes the store's error for `op` at `offset`.
+fn restart<T>(op: Op, offset: u64, mut call: impl FnMut() -> rustix::io::Result<T>) -> Result<T> {
+    loop {
+        match call() {
+            Ok(n) => return Ok(n),
+            Err(Errno::INTR) => continue,
+            Err(e) => return Err(StoreError::errno(op, offset, e)),
+        }
+    }
+}
+
 impl Store for FileStore {
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize> {
-        check_range(Op::Read, offset, buf.len())?;
-        check_alignment(
-            Op::Read,
-            offset,
-            buf.len(),
-            buf.as_ptr() as usize,
-            self.alignment(),
-        )?;
-        loop {
-            match rustix::io::pread(&self.fd, &mut *buf, offset) {
-                Ok(n) => return Ok(n),
-                Err(Errno::INTR) => continue,
-                Err(e) => return Err(StoreError::errno(Op::Read, offset, e)),
-            }
-        }
+        check_request(Op::Read, offset, buf, self.alignment())?;
+        restart(Op::Read, offset, || {
+            rustix::io::pread(&self.fd, &mut *buf, offset)
+        })
     }
 
     fn write_at(&self, offset: u64, buf: &[u8]) -> Result<usize> {
-        check_range(Op::Write, offset, buf.len())?;
-        check_alignment(
-            Op::Write,
-            offset,
-            buf.len(),
-            buf.as_ptr() as usize,
-            self.alignment(),
-        )?;
-        loop {
-            match rustix::io::pwrite(&self.fd, buf, offset) {
-                Ok(n) => return Ok(n),
-                Err(Errno::INTR) => continue,
-                Err(e) => return Err(StoreError::errno(Op::Write, offset, e)),
-            }
-        }
+        check_request(Op::Write, offset, buf, self.alignment())?;
+        restart(Op::Write, offset, || {
+            rustix::io::pwrite(&self.fd, buf, offset)
+        })
     }
 
     /// `fdatasync`: the data and the length, not the other metadata.
     fn sync(&self) -> Result<()> {
-        loop {
-            match fs::fdatasync(&self.fd) {
-                Ok(()) => return Ok(()),
-                Err(Errno::INTR) => continue,
-                Err(e) => return Err(StoreError::errno(Op::Sync, 0, e)),
-            }
-        }
+        restart(Op::Sync, 0, || fs::fdatasync(&self.fd))
     }
 
     fn len(&self) -> Result<u64> {
@@ -223,13 +207,7 @@ impl Store for FileStore {
 
     fn set_len(&self, len: u64) -> Result<()> {
         check_range(Op::SetLen, len, 0)?;
-        loop {
-            match fs::ftruncate(&self.fd, len) {
-                Ok(()) => return Ok(()),
-                Err(Errno::INTR) => continue,
-                Err(e) => return Err(StoreError::errno(Op::SetLen, len, e)),
-            }
-        }
+        restart(Op::SetLen, len, || fs::ftruncate(&self.fd, len))
     }
 
     fn alignment(&self) -> usize {

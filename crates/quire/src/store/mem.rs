@@ -7,7 +7,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use super::{check_alignment, check_range, Op, Result, Store, StoreError};
+use super::{check_range, check_request, Op, Result, Store, StoreError};
 
 /// The default limit on a [`MemStore`]'s length: 4 GiB.
 pub const DEFAULT_LIMIT: u64 = 4 << 30;
@@ -121,14 +121,7 @@ impl MemStore {
 
 impl Store for MemStore {
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize> {
-        check_range(Op::Read, offset, buf.len())?;
-        check_alignment(
-            Op::Read,
-            offset,
-            buf.len(),
-            buf.as_ptr() as usize,
-            self.align,
-        )?;
+        check_request(Op::Read, offset, buf, self.align)?;
         let data = self.read();
         if offset >= data.len() as u64 {
             return Ok(0);
@@ -140,14 +133,7 @@ impl Store for MemStore {
     }
 
     fn write_at(&self, offset: u64, buf: &[u8]) -> Result<usize> {
-        check_range(Op::Write, offset, buf.len())?;
-        check_alignment(
-            Op::Write,
-            offset,
-            buf.len(),
-            buf.as_ptr() as usize,
-            self.align,
-        )?;
+        check_request(Op::Write, offset, buf, self.align)?;
         if buf.is_empty() {
             return Ok(0);
         }

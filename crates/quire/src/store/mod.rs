@@ -230,6 +230,13 @@ pub fn check_alignment(op: Op, offset: u64, len: usize, addr: usize, align: usiz
     Ok(())
 }
 
+/// Checks a read or write of `buf` at `offset` against the offset limit ([`check_range`]) and
+/// against `align` ([`check_alignment`]: the offset, the length and the buffer's address).
+pub fn check_request(op: Op, offset: u64, buf: &[u8], align: usize) -> Result<()> {
+    check_range(op, offset, buf.len())?;
+    check_alignment(op, offset, buf.len(), buf.as_ptr() as usize, align)
+}
+
 /// A backing store; see the [module documentation](self) for the contract.
 pub trait Store: Send + Sync {
     /// Reads up to `buf.len()` bytes at `offset`; returns how many (0 at or past the end).

@@ -39,7 +39,7 @@
 //! # The "before" policies
 //!
 //! [`WaitPolicy`] restores, for the benchmarks, what the kernel did before each mechanism
-//! (DESIGN.md rule 7): [`WaitPolicy::AlwaysLookup`] has no waiters bit, so every clear looks the
+//! (rule 7 of docs/RULES.md): [`WaitPolicy::AlwaysLookup`] has no waiters bit, so every clear looks the
 //! word up in the table; [`WaitPolicy::UnfilteredWakeAll`] parks every sleeper on one of 256
 //! shared queues and wakes the whole queue on every clear, so sleepers wake for other words and
 //! other bits, re-test and sleep again. The free functions of this module are the exact policy;
@@ -54,13 +54,8 @@ use std::sync::atomic::{AtomicU32 as StdAtomicU32, Ordering as StdOrdering};
 use std::time::Instant;
 
 use crate::stats::{count, Event};
-use crate::sync::loom::{AtomicBool, AtomicU64, Ordering};
+use crate::sync::loom::{AtomicBool, AtomicU64, Mutex, Ordering};
 use crate::sync::parking::{self, FilterOp, ParkResult};
-
-#[cfg(loom)]
-use loom::sync::Mutex;
-#[cfg(not(loom))]
-use std::sync::Mutex;
 
 /// The lock bit.
 pub const LOCKED: u64 = 1 << 0;
@@ -88,7 +83,7 @@ const WOKEN_HANDOFF: usize = 1;
 /// A [`Cancel`] was triggered.
 const WOKEN_CANCEL: usize = 2;
 
-/// Which implementation of the waits to use (DESIGN.md rule 7). `Exact` is the default and what
+/// Which implementation of the waits to use (rule 7 of docs/RULES.md). `Exact` is the default and what
 /// the free functions of this module do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Hash)]
 pub enum WaitPolicy {
@@ -187,7 +182,7 @@ impl Cancel {
         // Pairs with the sleeper's registration then flag test in `validate`: either the sleeper
         // sees the flag and does not sleep, or we see its registration and wake it.
         self.cancelled.store(true, Ordering::SeqCst);
-        let waits = self.waits.lock().unwrap();
+        let waits = self.waits.lock();
         for r in waits.iter() {
             count(Event::WaitTableLookups);
             let word = r.word as *const AtomicU64;
@@ -225,11 +220,11 @@ impl Cancel {
     }
 
     fn register(&self, r: Registration) {
-        self.waits.lock().unwrap().push(r);
+        self.waits.lock().push(r);
     }
 
     fn deregister(&self, waiter: usize) {
-        let mut waits = self.waits.lock().unwrap();
+        let mut waits = self.waits.lock();
         if let Some(i) = waits.iter().position(|r| r.waiter == waiter) {
             waits.swap_remove(i);
         }
@@ -272,12 +267,14 @@ impl WaitPolicy {
 
     /// Takes the lock bit if it is free. Acquire ordering on success.
     #[inline(always)]
+    #[doc(alias = "folio_trylock")]
     pub fn try_lock(self, word: &AtomicU64) -> bool {
         try_lock(word)
     }
 
     /// Takes the lock bit, sleeping while another thread holds it.
     #[inline(always)]
+    #[doc(alias("folio_lock", "__folio_lock"))]
     pub fn lock(self, word: &AtomicU64) {
         if !try_lock(word) {
             // Without a cancel the wait cannot fail.
@@ -287,6 +284,7 @@ impl WaitPolicy {
 
     /// Takes the lock bit, or gives up when `cancel` says so.
     #[inline]
+    #[doc(alias = "folio_lock_killable")]
     pub fn lock_cancellable(self, word: &AtomicU64, cancel: &Cancel) -> Result<(), WaitError> {
         if try_lock(word) {
             return Ok(());
@@ -296,12 +294,14 @@ impl WaitPolicy {
 
     /// Releases the lock bit (release ordering) and wakes a waiter if one may be sleeping.
     #[inline(always)]
+    #[doc(alias = "folio_unlock")]
     pub fn unlock(self, word: &AtomicU64) {
         self.clear_and_wake(word, LOCKED);
     }
 
     /// Sleeps until `bit` is clear (acquire ordering on return).
     #[inline(always)]
+    #[doc(alias = "folio_wait_bit")]
     pub fn wait_clear(self, word: &AtomicU64, bit: u64) {
         if word.load(Ordering::Acquire) & bit != 0 {
             let _ = wait_slow(word, bit, false, self, None);
@@ -310,6 +310,7 @@ impl WaitPolicy {
 
     /// Sleeps until `bit` is clear, or gives up when `cancel` says so.
     #[inline]
+    #[doc(alias = "folio_wait_bit_killable")]
     pub fn wait_clear_cancellable(
         self,
         word: &AtomicU64,
@@ -326,6 +327,7 @@ impl WaitPolicy {
     /// wait table only if the word says somebody may be waiting (or always, under
     /// [`WaitPolicy::AlwaysLookup`]).
     #[inline(always)]
+    #[doc(alias = "clear_bit_unlock_is_negative_byte")]
     pub fn clear_and_wake(self, word: &AtomicU64, bit: u64) {
         let prev = word.fetch_and(!bit, Ordering::Release);
         if !self.uses_waiters_bit() || prev & WAITERS != 0 {
@@ -336,6 +338,7 @@ impl WaitPolicy {
     /// Wakes the waiters of `bit`, for an owner that cleared it some other way. Always looks up
     /// the wait table.
     #[cold]
+    #[doc(alias("folio_wake_bit", "wake_up_page_bit"))]
     pub fn wake_bit(self, word: &AtomicU64, bit: u64) {
         count(Event::WaitTableLookups);
         let key = self.key(word);
@@ -401,12 +404,14 @@ impl WaitPolicy {
 
 /// Takes the lock bit if it is free. Acquire ordering on success.
 #[inline(always)]
+#[doc(alias = "folio_trylock")]
 pub fn try_lock(word: &AtomicU64) -> bool {
     word.fetch_or(LOCKED, Ordering::Acquire) & LOCKED == 0
 }
 
 /// Takes the lock bit, sleeping while another thread holds it.
 #[inline(always)]
+#[doc(alias("folio_lock", "__folio_lock"))]
 pub fn lock(word: &AtomicU64) {
     WaitPolicy::Exact.lock(word)
 }
@@ -414,6 +419,7 @@ pub fn lock(word: &AtomicU64) {
 /// Takes the lock bit, or gives up when `cancel` says so; on error the lock is not held and no
 /// trace of the wait is left.
 #[inline]
+#[doc(alias = "folio_lock_killable")]
 pub fn lock_cancellable(word: &AtomicU64, cancel: &Cancel) -> Result<(), WaitError> {
     WaitPolicy::Exact.lock_cancellable(word, cancel)
 }
@@ -421,6 +427,7 @@ pub fn lock_cancellable(word: &AtomicU64, cancel: &Cancel) -> Result<(), WaitErr
 /// Releases the lock bit: one release read-modify-write; the wait table is touched only if
 /// [`WAITERS`] was set.
 #[inline(always)]
+#[doc(alias = "folio_unlock")]
 pub fn unlock(word: &AtomicU64) {
     WaitPolicy::Exact.unlock(word)
 }
@@ -428,12 +435,14 @@ pub fn unlock(word: &AtomicU64) {
 /// Sleeps until `bit` is clear (acquire ordering on return): "wait until unlocked", "wait for
 /// write-back".
 #[inline(always)]
+#[doc(alias = "folio_wait_bit")]
 pub fn wait_clear(word: &AtomicU64, bit: u64) {
     WaitPolicy::Exact.wait_clear(word, bit)
 }
 
 /// Sleeps until `bit` is clear, or gives up when `cancel` says so.
 #[inline]
+#[doc(alias = "folio_wait_bit_killable")]
 pub fn wait_clear_cancellable(
     word: &AtomicU64,
     bit: u64,
@@ -444,6 +453,7 @@ pub fn wait_clear_cancellable(
 
 /// Clears `bit` (release) and wakes its waiters: "end of write-back".
 #[inline(always)]
+#[doc(alias = "clear_bit_unlock_is_negative_byte")]
 pub fn clear_and_wake(word: &AtomicU64, bit: u64) {
     WaitPolicy::Exact.clear_and_wake(word, bit)
 }
@@ -703,7 +713,7 @@ mod tests {
         let c = Cancel::with_deadline(Instant::now() + Duration::from_millis(30));
         assert_eq!(lock_cancellable(&w, &c), Err(WaitError::TimedOut));
         assert_eq!(w.load(Ordering::Relaxed), LOCKED, "no WAITERS left behind");
-        assert!(c.waits.lock().unwrap().is_empty());
+        assert!(c.waits.lock().is_empty());
         let c = Cancel::with_deadline(Instant::now() + Duration::from_millis(10));
         assert_eq!(
             wait_clear_cancellable(&w, LOCKED, &c),
@@ -728,7 +738,7 @@ mod tests {
                 })
             })
             .collect();
-        while c.waits.lock().unwrap().len() < 3 {
+        while c.waits.lock().len() < 3 {
             std::thread::yield_now();
         }
         c.cancel();
@@ -754,7 +764,7 @@ mod tests {
             let (w, c) = (w.clone(), c.clone());
             std::thread::spawn(move || lock_cancellable(&w, &c))
         };
-        while c.waits.lock().unwrap().is_empty() {
+        while c.waits.lock().is_empty() {
             std::thread::yield_now();
         }
         c.cancel();

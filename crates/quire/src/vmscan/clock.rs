@@ -1,4 +1,4 @@
-//! The "before" of this module (DESIGN.md rule 7): reclaim as quire did it before it had LRU
+//! The "before" of this module (rule 7 of docs/RULES.md): reclaim as quire did it before it had LRU
 //! lists — a clock over the memmap, swept by the thread whose allocation failed.
 //!
 //! The hand walks the descriptors of the pool in frame order, a folio at a time. A folio that
@@ -25,7 +25,7 @@ impl Vmscan {
         want: usize,
     ) -> usize {
         let n = pool.nr_frames();
-        let mut hand = self.clock.lock().unwrap_or_else(|e| e.into_inner());
+        let mut hand = self.clock.lock();
         let mut freed = 0;
         let mut scanned = 0;
         while freed < want && scanned < 2 * n {
@@ -64,7 +64,7 @@ impl Vmscan {
                 // for the I/O so that other allocating threads can sweep meanwhile.
                 drop(hand);
                 owners.write_back(g);
-                hand = self.clock.lock().unwrap_or_else(|e| e.into_inner());
+                hand = self.clock.lock();
                 continue;
             }
             let nr = g.nr_frames();

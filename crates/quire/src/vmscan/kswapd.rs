@@ -59,6 +59,7 @@ impl Kswapd {
     }
 
     /// Starts the thread.
+    #[doc(alias = "kswapd_run")]
     pub(crate) fn spawn(&self, target: Weak<dyn Balance>) -> std::io::Result<()> {
         let shared = self.shared.clone();
         std::thread::Builder::new()
@@ -114,6 +115,7 @@ impl Kswapd {
     }
 
     /// Tells the thread to stop.
+    #[doc(alias = "kswapd_stop")]
     pub(crate) fn stop(&self) {
         self.shared.stopping.store(true, Ordering::Relaxed);
         let mut st = self.shared.state.lock().unwrap_or_else(|e| e.into_inner());

@@ -125,7 +125,7 @@ impl Lruvec {
     /// Takes the LRU lock (the kernel's `lruvec->lru_lock`).
     pub(crate) fn lock<'a>(&'a self, pool: &'a FramePool) -> LruGuard<'a> {
         LruGuard {
-            lists: self.lists.lock().unwrap_or_else(|e| e.into_inner()),
+            lists: self.lists.lock(),
             vec: self,
             pool,
         }
@@ -161,6 +161,7 @@ impl<'a> LruGuard<'a> {
 
     /// Links `folio` (off every list, `LRU` clear) onto the list its flags name — at the head,
     /// or at the tail with `tail` — and sets `LRU`. The kernel's `lruvec_add_folio(_tail)`.
+    #[doc(alias = "lruvec_add_folio")]
     pub(crate) fn add(&mut self, folio: &Folio, tail: bool) {
         debug_assert!(!folio.is_lru(), "adding a folio that is on a list");
         let lru = Lru::of(folio.flags());
@@ -192,6 +193,7 @@ impl<'a> LruGuard<'a> {
 
     /// Unlinks `folio` (which is on the list its flags name) and clears `LRU`. The kernel's
     /// `lruvec_del_folio`.
+    #[doc(alias = "lruvec_del_folio")]
     pub(crate) fn del(&mut self, folio: &Folio) {
         debug_assert!(folio.is_lru(), "deleting a folio that is on no list");
         let l = Lru::of(folio.flags()) as usize;

@@ -53,7 +53,9 @@ mod swap;
 pub mod workingset;
 
 use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use crate::sync::loom::Mutex;
 use std::time::Duration;
 
 pub use lru::{Lru, NR_LRU_LISTS};
@@ -65,7 +67,7 @@ use crate::stats::Counters;
 use crate::sync::bitwait::WaitPolicy;
 use crate::xarray::{ListedNode, NodeList};
 
-/// Which reclaim a cache runs (DESIGN.md rule 7: the "before" is a runtime switch).
+/// Which reclaim a cache runs (rule 7 of docs/RULES.md: the "before" is a runtime switch).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ReclaimPolicy {
     /// Active and inactive lists, batches, background reclaim (this module).
@@ -382,6 +384,7 @@ pub mod model {
         }
 
         /// Isolates the tail folio of `lru` as reclaim does (a reference, off the list).
+        #[doc(alias = "isolate_lru_folios")]
         pub fn isolate<'p>(&self, pool: &'p FramePool, lru: Lru) -> Option<FolioRef<'p>> {
             let mut g = self.0.lruvec.lock(pool);
             let f = g.tail(lru)?;
@@ -394,6 +397,7 @@ pub mod model {
         }
 
         /// Reclaim's putback.
+        #[doc(alias = "move_folios_to_lru")]
         pub fn putback(&self, pool: &FramePool, folio: FolioRef<'_>) {
             self.0.putback(pool, vec![folio]);
         }

@@ -120,9 +120,7 @@ impl Batches {
     }
 
     fn mine(&self) -> MutexGuard<'_, Shard> {
-        self.shards[thread_number() % self.shards.len()]
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+        self.shards[thread_number() % self.shards.len()].lock()
     }
 }
 
@@ -275,7 +273,7 @@ impl Vmscan {
         for op in [Op::Add, Op::Activate, Op::Rotate] {
             for shard in self.batches.shards.iter() {
                 let batch = {
-                    let mut s = shard.lock().unwrap_or_else(|e| e.into_inner());
+                    let mut s = shard.lock();
                     std::mem::take(s.list(op))
                 };
                 self.apply(pool, op, batch);

@@ -1,5 +1,5 @@
 //! The XArray: a multi-order radix tree with value (shadow) entries, three marks, lock-free reads
-//! and single-walk insertion (DESIGN.md, technique 4). After `lib/xarray.c`.
+//! and single-walk insertion (technique 4 of docs/RULES.md). After `lib/xarray.c`.
 //!
 //! An [`XArray`] maps every `u64` index to nothing, a *pointer entry* (an owned pointer `P`, for
 //! the page cache a folio reference) or a *value entry* (an integer of up to 63 bits; the page
@@ -67,16 +67,22 @@
 //! larger order is split first — if the split needs nodes, the lock is dropped, the nodes are
 //! allocated, the lock is taken again and, if the shadow changed in between, it starts over. The
 //! store continues from the position the walk reached. [`XArray::add_multi_walk`] is the
-//! pre-patch "before" (DESIGN.md rule 7): one walk to read the order at the index, a conflict
+//! pre-patch "before" (rule 7 of docs/RULES.md): one walk to read the order at the index, a conflict
 //! walk, and another walk to read the order again when something was found.
 //!
 //! Every walk from the head counts [`Event::XaWalks`]; node allocations and frees count
 //! [`Event::XaNodeAllocs`] and [`Event::XaNodeFrees`].
 
+mod entry;
+mod node;
 mod nodelist;
 mod read;
 mod write;
 
+use entry::*;
+use node::{Node, Spot, Step};
+
+pub use entry::{split_nodes, Entry, XaPointer};
 pub use nodelist::{ListedNode, NodeList};
 pub use read::{Cursor, Iter};
 pub use write::{NodeReserve, XaLock, XaState};
@@ -85,17 +91,12 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::ops::{ControlFlow, Deref};
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool as PlainBool, AtomicU8 as PlainU8, AtomicUsize as PlainUsize};
+use std::sync::atomic::AtomicUsize as PlainUsize;
 use std::sync::Arc;
 
 use crate::stats::{self, Event};
-use crate::sync::loom::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use crate::sync::loom::{AtomicU32, AtomicUsize, Mutex, Ordering};
 use crate::sync::rcu::{self, Guard};
-
-#[cfg(loom)]
-use loom::sync::Mutex;
-#[cfg(not(loom))]
-use std::sync::Mutex;
 
 #[cfg(not(target_pointer_width = "64"))]
 compile_error!("the XArray packs 63-bit values into pointer-sized words: it needs a 64-bit target");
@@ -116,435 +117,6 @@ pub const MAX_VALUE: u64 = u64::MAX >> 1;
 pub const MAX_SPLIT_NODES: usize = 1 << 16;
 /// How many marks every entry has.
 pub const NR_MARKS: usize = 3;
-
-// ---- entry words -----------------------------------------------------------------------------
-
-const RETRY: usize = (0x1fff << 3) | 0b110;
-
-#[inline]
-fn is_value(w: usize) -> bool {
-    w & 1 == 1
-}
-#[inline]
-fn is_pointer(w: usize) -> bool {
-    w != 0 && w & 3 == 0
-}
-/// A user entry: a pointer or a value.
-#[inline]
-fn is_entry(w: usize) -> bool {
-    is_value(w) || is_pointer(w)
-}
-#[inline]
-fn is_internal(w: usize) -> bool {
-    w & 3 == 2
-}
-#[inline]
-fn is_node(w: usize) -> bool {
-    w & 7 == 0b010
-}
-#[inline]
-fn is_sibling(w: usize) -> bool {
-    w & 7 == 0b110 && w != RETRY
-}
-#[inline]
-fn mk_sibling(offset: usize) -> usize {
-    (offset << 3) | 0b110
-}
-#[inline]
-fn sibling_offset(w: usize) -> usize {
-    w >> 3
-}
-#[inline]
-fn mk_node(node: *const Node) -> usize {
-    node as usize | 0b010
-}
-#[inline]
-fn node_ptr(w: usize) -> *const Node {
-    (w & !7) as *const Node
-}
-#[inline]
-fn mk_value(v: u64) -> usize {
-    ((v << 1) | 1) as usize
-}
-#[inline]
-fn word_value(w: usize) -> u64 {
-    (w >> 1) as u64
-}
-
-/// The shift of the node level where an entry of `order` lives.
-#[inline]
-fn level_of(order: u32) -> u32 {
-    order - order % CHUNK_SHIFT
-}
-
-/// Whether a node of `shift` starting at 0 (a root) covers `index`.
-#[inline]
-fn covers(shift: u32, index: u64) -> bool {
-    shift + CHUNK_SHIFT >= 64 || index >> (shift + CHUNK_SHIFT) == 0
-}
-
-/// The slot of a node of `shift` that `index` falls in.
-#[inline]
-fn offset(shift: u32, index: u64) -> usize {
-    ((index >> shift) & MASK) as usize
-}
-
-/// How many slots of a node of `shift` lie inside the index space (all but the top level: all).
-#[inline]
-fn slots_in(shift: u32) -> usize {
-    if shift + CHUNK_SHIFT > 64 {
-        1 << (64 - shift)
-    } else {
-        CHUNK
-    }
-}
-
-/// The smallest root shift that covers `last`.
-fn shift_for(last: u64) -> u32 {
-    let mut s = 0;
-    while !covers(s, last) {
-        s += CHUNK_SHIFT;
-    }
-    s
-}
-
-/// `2^order - 1`.
-#[inline]
-fn span(order: u32) -> u64 {
-    if order >= 64 {
-        u64::MAX
-    } else {
-        (1u64 << order) - 1
-    }
-}
-
-/// The order of an entry found in a node of `shift` spanning `nslots` slots.
-#[inline]
-fn order_of(shift: u32, nslots: usize) -> u32 {
-    shift + (usize::BITS - 1 - nslots.leading_zeros())
-}
-
-/// How many nodes splitting one entry of order `old` into pieces of order `new` (< `old`) needs:
-/// the pieces that fall on a lower level than the entry need every node of the subtrees that
-/// replace its slots. Saturates at `usize::MAX`.
-pub fn split_nodes(old: u32, new: u32) -> usize {
-    if new >= old || old > MAX_ORDER {
-        return 0;
-    }
-    let (hi, lo) = (level_of(old), level_of(new));
-    let slots = 1usize << (old - hi);
-    let mut total: usize = 0;
-    let mut per_level: usize = slots;
-    let mut shift = hi;
-    while shift > lo {
-        total = total.saturating_add(per_level);
-        per_level = per_level.saturating_mul(CHUNK);
-        shift -= CHUNK_SHIFT;
-    }
-    total
-}
-
-// ---- nodes -----------------------------------------------------------------------------------
-
-/// One node of the tree; see the module documentation for its layout.
-#[repr(align(64))]
-pub(crate) struct Node {
-    /// The shift of this node's slots; fixed before the node is published.
-    shift: u8,
-    /// Non-empty slots (entries, siblings and children). Read and written only under the lock.
-    count: PlainU8,
-    /// Slots holding a value entry or a sibling of one (under the lock): the node holds only
-    /// values when `count == nr_values > 0`.
-    nr_values: PlainU8,
-    /// Whether the node is on its array's [`NodeList`] (changed under the array's lock and the
-    /// list's lock; read under either).
-    listed: PlainBool,
-    /// The first index the node covers; fixed for the node's life (a node's range never
-    /// changes: growing and shrinking the tree adds and removes levels above and below it).
-    base: u64,
-    slots: [AtomicUsize; CHUNK],
-    /// One bit per slot for each mark.
-    marks: [AtomicU64; NR_MARKS],
-    /// Links of the [`NodeList`] (node addresses, 0 for none), under the list's lock.
-    list_prev: PlainUsize,
-    list_next: PlainUsize,
-    /// The array's token on its [`NodeList`] (set while listed).
-    list_token: PlainUsize,
-}
-
-// The shadow-memory bound the page cache states assumes nodes of nine cache lines.
-#[cfg(not(loom))]
-const _: () = assert!(std::mem::size_of::<Node>() == 576);
-
-impl Node {
-    fn new(shift: u32, base: u64) -> Node {
-        Node {
-            shift: shift as u8,
-            count: PlainU8::new(0),
-            nr_values: PlainU8::new(0),
-            listed: PlainBool::new(false),
-            base,
-            slots: std::array::from_fn(|_| AtomicUsize::new(0)),
-            marks: std::array::from_fn(|_| AtomicU64::new(0)),
-            list_prev: PlainUsize::new(0),
-            list_next: PlainUsize::new(0),
-            list_token: PlainUsize::new(0),
-        }
-    }
-
-    #[inline]
-    fn shift(&self) -> u32 {
-        self.shift as u32
-    }
-
-    #[inline]
-    fn slot(&self, off: usize) -> usize {
-        self.slots[off].load(Ordering::Acquire)
-    }
-
-    #[inline]
-    fn set(&self, off: usize, w: usize) {
-        self.slots[off].store(w, Ordering::Release);
-    }
-
-    #[inline]
-    fn count(&self) -> u32 {
-        u32::from(self.count.load(Ordering::Relaxed))
-    }
-
-    #[inline]
-    fn set_count(&self, n: u32) {
-        debug_assert!(n as usize <= CHUNK);
-        self.count.store(n as u8, Ordering::Relaxed);
-    }
-
-    #[inline]
-    fn values(&self) -> u32 {
-        u32::from(self.nr_values.load(Ordering::Relaxed))
-    }
-
-    #[inline]
-    fn set_values(&self, n: u32) {
-        debug_assert!(n as usize <= CHUNK);
-        self.nr_values.store(n as u8, Ordering::Relaxed);
-    }
-
-    /// Whether every used slot holds a value entry or a sibling of one (and some slot is used).
-    #[inline]
-    fn values_only(&self) -> bool {
-        let c = self.count();
-        c > 0 && c == self.values()
-    }
-
-    /// The marks of slot `off` as a 3-bit set.
-    #[inline]
-    fn marks_at(&self, off: usize) -> u8 {
-        let mut bits = 0;
-        for (m, word) in self.marks.iter().enumerate() {
-            if word.load(Ordering::Acquire) >> off & 1 == 1 {
-                bits |= 1 << m;
-            }
-        }
-        bits
-    }
-
-    /// The marks present on any slot, as a 3-bit set.
-    #[inline]
-    fn any_marks(&self) -> u8 {
-        let mut bits = 0;
-        for (m, word) in self.marks.iter().enumerate() {
-            if word.load(Ordering::Acquire) != 0 {
-                bits |= 1 << m;
-            }
-        }
-        bits
-    }
-
-    /// Sets the marks of the slots in `range_mask` to `bits` at slot `first` and none elsewhere
-    /// (writers only; words that do not change are not written).
-    fn set_marks_range(&self, range_mask: u64, first: usize, bits: u8) {
-        for (m, word) in self.marks.iter().enumerate() {
-            let old = word.load(Ordering::Relaxed);
-            let mut new = old & !range_mask;
-            if bits >> m & 1 == 1 {
-                new |= 1 << first;
-            }
-            if new != old {
-                word.store(new, Ordering::Release);
-            }
-        }
-    }
-
-    /// Sets the marks of one slot to `bits` (writers only).
-    fn set_marks_at(&self, off: usize, bits: u8) {
-        self.set_marks_range(1 << off, off, bits);
-    }
-
-    /// Number of slots the entry whose canonical slot is `c` spans (itself and its siblings).
-    fn extent(&self, c: usize) -> usize {
-        let sib = mk_sibling(c);
-        let mut n = 1;
-        while c + n < CHUNK && self.slot(c + n) == sib {
-            n += 1;
-        }
-        n
-    }
-}
-
-// ---- public types ----------------------------------------------------------------------------
-
-/// An owned pointer that the array can hold: it converts to and from a non-null raw pointer
-/// aligned to at least 4 bytes (the two low bits tag the word).
-///
-/// # Safety
-///
-/// `into_raw` must return a pointer aligned to at least 4 bytes that stays valid for shared
-/// access (`&Target`, from any thread) until `from_raw` is called on it and the value it returns
-/// is dropped; `from_raw` must accept exactly the pointers `into_raw` returned, once each.
-pub unsafe trait XaPointer: Sized + Send + 'static {
-    /// What the pointer points to; readers get `&Target`.
-    type Target;
-
-    /// Whether dropping the pointer may free memory that a lock-free reader could still be
-    /// reading. When true (the default), a removed pointer is dropped only after a grace period;
-    /// a type whose drop never frees the pointee (a reference to an object that lives as long as
-    /// the program, a folio reference whose descriptor is never freed) may say false.
-    const NEEDS_GRACE_PERIOD: bool = true;
-
-    /// Gives up ownership, returning the raw pointer.
-    fn into_raw(this: Self) -> NonNull<Self::Target>;
-
-    /// Takes ownership back.
-    ///
-    /// # Safety
-    ///
-    /// `ptr` must come from [`XaPointer::into_raw`] and not have been taken back before.
-    unsafe fn from_raw(ptr: NonNull<Self::Target>) -> Self;
-}
-
-// SAFETY: `Box::into_raw` is non-null, aligned to `T` (asserted at least 4) and valid until
-// `Box::from_raw`; `T: Send` makes the box `Send`.
-unsafe impl<T: Send + 'static> XaPointer for Box<T> {
-    type Target = T;
-
-    fn into_raw(this: Self) -> NonNull<T> {
-        const {
-            assert!(
-                std::mem::align_of::<T>() >= 4,
-                "XArray pointers must be 4-byte aligned"
-            )
-        };
-        // SAFETY: `Box::into_raw` never returns null.
-        unsafe { NonNull::new_unchecked(Box::into_raw(this)) }
-    }
-
-    unsafe fn from_raw(ptr: NonNull<T>) -> Self {
-        // SAFETY: the caller passes a pointer from `into_raw`, once.
-        unsafe { Box::from_raw(ptr.as_ptr()) }
-    }
-}
-
-// SAFETY: `Arc::into_raw` is non-null, aligned to `T` (asserted at least 4) and keeps the object
-// alive until `Arc::from_raw`; `T: Send + Sync` makes the `Arc` `Send`.
-unsafe impl<T: Send + Sync + 'static> XaPointer for Arc<T> {
-    type Target = T;
-
-    fn into_raw(this: Self) -> NonNull<T> {
-        const {
-            assert!(
-                std::mem::align_of::<T>() >= 4,
-                "XArray pointers must be 4-byte aligned"
-            )
-        };
-        // SAFETY: `Arc::into_raw` never returns null.
-        unsafe { NonNull::new_unchecked(Arc::into_raw(this).cast_mut()) }
-    }
-
-    unsafe fn from_raw(ptr: NonNull<T>) -> Self {
-        // SAFETY: the caller passes a pointer from `into_raw`, once.
-        unsafe { Arc::from_raw(ptr.as_ptr()) }
-    }
-}
-
-// SAFETY: a `'static` reference is valid forever; `T: Sync` makes `&T` `Send`. Dropping it frees
-// nothing, so it needs no grace period.
-unsafe impl<T: Sync + 'static> XaPointer for &'static T {
-    type Target = T;
-    const NEEDS_GRACE_PERIOD: bool = false;
-
-    fn into_raw(this: Self) -> NonNull<T> {
-        const {
-            assert!(
-                std::mem::align_of::<T>() >= 4,
-                "XArray pointers must be 4-byte aligned"
-            )
-        };
-        NonNull::from(this)
-    }
-
-    unsafe fn from_raw(ptr: NonNull<T>) -> Self {
-        // SAFETY: the pointer came from a `&'static T`.
-        unsafe { &*ptr.as_ptr() }
-    }
-}
-
-/// An entry: a pointer (owned `P`, borrowed `&T`, or [`Retired<P>`]) or a value of up to 63 bits.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Entry<P> {
-    /// A pointer entry.
-    Pointer(P),
-    /// A value entry (at most [`MAX_VALUE`]); the page cache's shadow entries.
-    Value(u64),
-}
-
-impl<P> Entry<P> {
-    /// Whether this is a value entry.
-    pub fn is_value(&self) -> bool {
-        matches!(self, Entry::Value(_))
-    }
-
-    /// The value, if this is a value entry.
-    pub fn value(&self) -> Option<u64> {
-        match self {
-            Entry::Value(v) => Some(*v),
-            Entry::Pointer(_) => None,
-        }
-    }
-
-    /// The pointer, if this is a pointer entry.
-    pub fn pointer(self) -> Option<P> {
-        match self {
-            Entry::Pointer(p) => Some(p),
-            Entry::Value(_) => None,
-        }
-    }
-
-    /// Maps the pointer.
-    pub fn map<Q>(self, f: impl FnOnce(P) -> Q) -> Entry<Q> {
-        match self {
-            Entry::Pointer(p) => Entry::Pointer(f(p)),
-            Entry::Value(v) => Entry::Value(v),
-        }
-    }
-
-    /// Borrows the pointer.
-    pub fn as_ref(&self) -> Entry<&P> {
-        match self {
-            Entry::Pointer(p) => Entry::Pointer(p),
-            Entry::Value(v) => Entry::Value(*v),
-        }
-    }
-}
-
-impl<T> Entry<&T> {
-    /// The entry with its pointer as a raw pointer (what [`XArray::cmpxchg`] compares with).
-    pub fn as_raw(&self) -> Entry<*const T> {
-        match self {
-            Entry::Pointer(p) => Entry::Pointer(*p as *const T),
-            Entry::Value(v) => Entry::Value(*v),
-        }
-    }
-}
 
 /// One of an entry's three marks (the page cache uses them for dirty, write-back and to-write).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -766,7 +338,7 @@ impl<P: XaPointer> fmt::Debug for Retired<P> {
     }
 }
 
-/// Which insert [`XArray::add_with`] runs (DESIGN.md rule 7).
+/// Which insert [`XArray::add_with`] runs (rule 7 of docs/RULES.md).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum AddWalks {
     /// One walk in the common case (technique 4).
@@ -774,92 +346,6 @@ pub enum AddWalks {
     Single,
     /// The pre-patch insert: read the order, walk for conflicts, read the order again.
     Multi,
-}
-
-/// Turns an entry into its word; the caller owns the word from now on.
-fn encode<P: XaPointer>(entry: Option<Entry<P>>) -> Result<usize, Rejected<P>> {
-    match entry {
-        None => Ok(0),
-        Some(Entry::Value(v)) if v > MAX_VALUE => Err(Rejected {
-            error: XaError::BadValue { value: v },
-            entry: Some(Entry::Value(v)),
-        }),
-        Some(Entry::Value(v)) => Ok(mk_value(v)),
-        Some(Entry::Pointer(p)) => {
-            let w = P::into_raw(p).as_ptr() as usize;
-            debug_assert!(is_pointer(w), "XaPointer gave a misaligned pointer");
-            Ok(w)
-        }
-    }
-}
-
-/// Checks an entry before anything takes ownership of it.
-fn check_value<P>(entry: &Option<Entry<P>>) -> Result<(), XaError> {
-    match entry {
-        Some(Entry::Value(v)) if *v > MAX_VALUE => Err(XaError::BadValue { value: *v }),
-        _ => Ok(()),
-    }
-}
-
-/// Gives a word back as the owned entry it was made from.
-///
-/// # Safety
-///
-/// `w` is 0 or an entry word owned by the caller.
-unsafe fn decode_owned<P: XaPointer>(w: usize) -> Option<Entry<P>> {
-    if w == 0 {
-        None
-    } else if is_value(w) {
-        Some(Entry::Value(word_value(w)))
-    } else {
-        // SAFETY: forwarded: an owned pointer word from `into_raw`.
-        Some(Entry::Pointer(unsafe {
-            P::from_raw(NonNull::new_unchecked(w as *mut P::Target))
-        }))
-    }
-}
-
-/// A removed word as what the caller gets back.
-///
-/// # Safety
-///
-/// `w` is 0 or an entry word taken out of the array and owned by the caller.
-unsafe fn decode_retired<P: XaPointer>(w: usize) -> Option<Entry<Retired<P>>> {
-    if w == 0 {
-        None
-    } else if is_value(w) {
-        Some(Entry::Value(word_value(w)))
-    } else {
-        // SAFETY: forwarded.
-        Some(Entry::Pointer(unsafe { Retired::from_word(w) }))
-    }
-}
-
-/// A word as a borrowed entry.
-///
-/// # Safety
-///
-/// `w` is 0 or an entry word whose pointer stays valid for `'g`.
-#[inline]
-unsafe fn decode_ref<'g, T>(w: usize) -> Option<Entry<&'g T>> {
-    if w == 0 {
-        None
-    } else if is_value(w) {
-        Some(Entry::Value(word_value(w)))
-    } else {
-        // SAFETY: forwarded.
-        Some(Entry::Pointer(unsafe { &*(w as *const T) }))
-    }
-}
-
-/// The word an expected entry would be stored as (for `cmpxchg`).
-fn expected_word<T>(e: Option<Entry<*const T>>) -> usize {
-    match e {
-        None => 0,
-        Some(Entry::Value(v)) if v > MAX_VALUE => usize::MAX, // can never match
-        Some(Entry::Value(v)) => mk_value(v),
-        Some(Entry::Pointer(p)) => p as usize,
-    }
 }
 
 // ---- the array -------------------------------------------------------------------------------
@@ -927,6 +413,7 @@ impl<P: XaPointer> XArray<P> {
     pub const NODE_BYTES: usize = std::mem::size_of::<Node>();
 
     /// Whether the array holds no entry.
+    #[doc(alias = "xa_empty")]
     pub fn is_empty(&self) -> bool {
         self.head.load(Ordering::Acquire) == 0
     }
@@ -937,11 +424,13 @@ impl<P: XaPointer> XArray<P> {
     }
 
     /// Whether any entry has `mark`.
+    #[doc(alias = "xa_marked")]
     pub fn marked(&self, mark: Mark) -> bool {
         self.head_marks.load(Ordering::Acquire) as u8 & mark.bit() != 0
     }
 
     /// Takes the array's lock, to make several changes under one hold.
+    #[doc(alias = "xa_lock")]
     pub fn lock(&self) -> XaLock<'_, P> {
         XaLock::new(self)
     }
@@ -950,6 +439,7 @@ impl<P: XaPointer> XArray<P> {
 
     /// The entry at `index`, if any. Lock-free; the pointer is valid while `guard` lives.
     #[inline]
+    #[doc(alias = "xa_load")]
     pub fn load<'g>(&'g self, index: u64, guard: &'g Guard) -> Option<Entry<&'g P::Target>> {
         let spot = self.locate(index, guard);
         // SAFETY: the word was loaded under `guard`; a pointer in it is dropped only after a
@@ -959,17 +449,20 @@ impl<P: XaPointer> XArray<P> {
     }
 
     /// The order of the entry covering `index`, or 0 if there is none.
+    #[doc(alias = "xa_get_order")]
     pub fn get_order(&self, index: u64, guard: &Guard) -> u32 {
         self.locate(index, guard).order()
     }
 
     /// Whether the entry covering `index` has `mark` (false if there is none).
+    #[doc(alias = "xa_get_mark")]
     pub fn get_mark(&self, index: u64, mark: Mark, guard: &Guard) -> bool {
         self.locate(index, guard).marks(self) & mark.bit() != 0
     }
 
     /// The first entry covering an index in `start ..= max` (an entry covering `start` counts,
     /// and is reported at its first index).
+    #[doc(alias = "xa_find")]
     pub fn find<'g>(
         &'g self,
         start: u64,
@@ -992,6 +485,7 @@ impl<P: XaPointer> XArray<P> {
 
     /// The first entry after the one covering `index` (or after `index` if it is empty) that
     /// starts at most at `max`.
+    #[doc(alias = "xa_find_after")]
     pub fn find_after<'g>(
         &'g self,
         index: u64,
@@ -1032,6 +526,7 @@ impl<P: XaPointer> XArray<P> {
     }
 
     /// Every entry, in index order.
+    #[doc(alias = "xa_for_each")]
     pub fn iter<'g>(&'g self, guard: &'g Guard) -> Iter<'g, P> {
         self.range(0, u64::MAX, guard)
     }
@@ -1048,6 +543,7 @@ impl<P: XaPointer> XArray<P> {
     /// pinning its own guard and pausing every 64 entries (dropping the guard and resuming after
     /// the last entry seen), so that a long walk does not hold back reclamation. `f` may stop
     /// the walk by returning `ControlFlow::Break`.
+    #[doc(alias = "xa_for_each")]
     pub fn for_each<F>(&self, start: u64, max: u64, mark: Option<Mark>, mut f: F)
     where
         F: FnMut(Found<'_, P::Target>) -> ControlFlow<()>,
@@ -1074,6 +570,7 @@ impl<P: XaPointer> XArray<P> {
     }
 
     /// A read cursor at `index`: load once, then re-check the slot after taking a reference.
+    #[doc(alias = "XA_STATE")]
     pub fn cursor<'g>(&'g self, index: u64, guard: &'g Guard) -> Cursor<'g, P> {
         Cursor::new(self, index, guard)
     }
@@ -1083,6 +580,7 @@ impl<P: XaPointer> XArray<P> {
     /// Stores `entry` at `index`. If an entry covers `index`, the whole entry is replaced and
     /// the new one keeps its order, first index and marks; `None` dissolves it entirely. Into an
     /// empty index an order-0 entry is stored. Returns the entry replaced.
+    #[doc(alias = "xa_store")]
     pub fn store(
         &self,
         index: u64,
@@ -1095,6 +593,7 @@ impl<P: XaPointer> XArray<P> {
     /// down). Every entry overlapping the range is removed — one larger than the range
     /// entirely — and the new entry carries the union of their marks; `None` just removes them.
     /// Returns the first entry removed (lowest index); the others are retired.
+    #[doc(alias = "xa_store_order")]
     pub fn store_order(
         &self,
         index: u64,
@@ -1106,6 +605,7 @@ impl<P: XaPointer> XArray<P> {
 
     /// Stores `entry` over `first ..= last` as the fewest largest aligned pieces (each a copy
     /// of the entry, with `store_order` semantics). An empty range or a bad value is an error.
+    #[doc(alias = "xa_store_range")]
     pub fn store_range(
         &self,
         first: u64,
@@ -1119,6 +619,7 @@ impl<P: XaPointer> XArray<P> {
     }
 
     /// Removes the entry covering `index` (all of it) and returns it.
+    #[doc(alias = "xa_erase")]
     pub fn erase(&self, index: u64) -> Option<Entry<Retired<P>>> {
         self.lock().erase(index)
     }
@@ -1126,6 +627,7 @@ impl<P: XaPointer> XArray<P> {
     /// If the entry covering `index` is `expected` (by pointer identity or value; `None` for
     /// empty), replaces that whole entry by `new` as [`XArray::store`] does and returns the old
     /// one; otherwise returns [`XaError::Mismatch`] with `new` handed back.
+    #[doc(alias = "xa_cmpxchg")]
     pub fn cmpxchg(
         &self,
         index: u64,
@@ -1136,11 +638,13 @@ impl<P: XaPointer> XArray<P> {
     }
 
     /// Sets `mark` on the entry covering `index`; false if there is none.
+    #[doc(alias = "xa_set_mark")]
     pub fn set_mark(&self, index: u64, mark: Mark) -> bool {
         self.lock().set_mark(index, mark)
     }
 
     /// Clears `mark` on the entry covering `index`; false if there is none.
+    #[doc(alias = "xa_clear_mark")]
     pub fn clear_mark(&self, index: u64, mark: Mark) -> bool {
         self.lock().clear_mark(index, mark)
     }
@@ -1149,6 +653,7 @@ impl<P: XaPointer> XArray<P> {
     /// clone of the pointer) with the entry's marks. The nodes it needs are allocated outside
     /// the lock; if the entry changed meanwhile, it starts over. Splitting to the entry's own
     /// order does nothing.
+    #[doc(alias = "xas_split")]
     pub fn split(&self, index: u64, order: u32) -> Result<(), XaError>
     where
         P: Clone,
@@ -1171,7 +676,7 @@ impl<P: XaPointer> XArray<P> {
         write::add(self, index, order, entry)
     }
 
-    /// The pre-patch insert ("before", DESIGN.md rule 7): the same result as [`XArray::add`]
+    /// The pre-patch insert ("before", rule 7 of docs/RULES.md): the same result as [`XArray::add`]
     /// with a walk to read the order at `index`, a conflict walk, and one more walk to read the
     /// order again when a conflict was found.
     pub fn add_multi_walk(

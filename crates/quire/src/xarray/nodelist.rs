@@ -21,9 +21,9 @@
 //! holds the list's, and a node is dereferenced only under a lock that keeps it alive: the
 //! list's (a node is unlinked, under that lock, before it is freed) or its array's.
 
+use crate::sync::loom::{Mutex, MutexGuard};
 use std::ptr;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
 
 use super::{Node, XArray, XaPointer};
 
@@ -86,8 +86,8 @@ impl NodeList {
         self.len() == 0
     }
 
-    fn ends(&self) -> std::sync::MutexGuard<'_, Ends> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    fn ends(&self) -> MutexGuard<'_, Ends> {
+        self.inner.lock()
     }
 
     /// Puts the node on the tail of the list or takes it off, as `listed` says.

@@ -13,54 +13,13 @@ use std::ptr;
 
 use super::*;
 
-/// Where a walk ended: the node holding the entry (null for the head) and the entry's word.
-#[derive(Clone, Copy)]
-pub(super) struct Spot {
-    /// The node whose slot holds the entry; null when the entry is the head's (or none).
-    pub(super) node: *const Node,
-    /// The entry's canonical slot in `node`.
-    pub(super) canon: usize,
-    /// 0 or an entry word.
-    pub(super) word: usize,
-}
-
-impl Spot {
-    const EMPTY: Spot = Spot {
-        node: ptr::null(),
-        canon: 0,
-        word: 0,
-    };
-
-    /// The entry's order (0 if none).
-    pub(super) fn order(&self) -> u32 {
-        if self.word == 0 || self.node.is_null() {
-            return 0;
-        }
-        // SAFETY: the node was reached under the guard the caller still holds.
-        let node = unsafe { &*self.node };
-        order_of(node.shift(), node.extent(self.canon))
-    }
-
-    /// The entry's marks as a 3-bit set (0 if none).
-    pub(super) fn marks<P: XaPointer>(&self, xa: &XArray<P>) -> u8 {
-        if self.word == 0 {
-            0
-        } else if self.node.is_null() {
-            xa.head_marks.load(Ordering::Acquire) as u8
-        } else {
-            // SAFETY: as in `order`.
-            unsafe { (*self.node).marks_at(self.canon) }
-        }
-    }
-}
-
 impl<P: XaPointer> XArray<P> {
     /// Walks from the head to the entry covering `index` (one counted walk per start).
     #[inline]
     pub(super) fn locate(&self, index: u64, _guard: &Guard) -> Spot {
         'restart: loop {
             stats::count(Event::XaWalks);
-            let mut w = self.head.load(Ordering::Acquire);
+            let w = self.head.load(Ordering::Acquire);
             if !is_node(w) {
                 return if index == 0 {
                     Spot {
@@ -77,27 +36,12 @@ impl<P: XaPointer> XArray<P> {
                 return Spot::EMPTY;
             }
             loop {
-                let off = offset(node.shift(), index);
-                w = node.slot(off);
-                let mut canon = off;
-                if is_sibling(w) {
-                    canon = sibling_offset(w);
-                    w = node.slot(canon);
-                    if is_internal(w) {
-                        continue 'restart;
-                    }
-                } else if is_node(w) {
+                match node.step(offset(node.shift(), index)) {
                     // SAFETY: as above.
-                    node = unsafe { &*node_ptr(w) };
-                    continue;
-                } else if w == RETRY {
-                    continue 'restart;
+                    Step::Down(child) => node = unsafe { &*child },
+                    Step::Entry { canon, word } => return Spot { node, canon, word },
+                    Step::Restart => continue 'restart,
                 }
-                return Spot {
-                    node,
-                    canon,
-                    word: w,
-                };
             }
         }
     }
@@ -271,24 +215,18 @@ impl<'g, P: XaPointer> Iter<'g, P> {
                 // SAFETY: as above.
                 let node = unsafe { &*level.node };
                 let off = offset(node.shift(), self.idx);
-                let mut w = node.slot(off);
-                let mut canon = off;
-                if is_sibling(w) {
-                    canon = sibling_offset(w);
-                    w = node.slot(canon);
-                    if is_internal(w) {
-                        continue 'restart;
+                let (canon, w) = match node.step(off) {
+                    Step::Down(child) => {
+                        self.path[self.depth] = Level {
+                            node: child,
+                            base: level.base + ((off as u64) << node.shift()),
+                        };
+                        self.depth += 1;
+                        continue;
                     }
-                } else if is_node(w) {
-                    self.path[self.depth] = Level {
-                        node: node_ptr(w),
-                        base: level.base + ((off as u64) << node.shift()),
-                    };
-                    self.depth += 1;
-                    continue;
-                } else if w == RETRY {
-                    continue 'restart;
-                }
+                    Step::Entry { canon, word } => (canon, word),
+                    Step::Restart => continue 'restart,
+                };
                 self.next = off + 1;
                 self.state = IterState::Scan;
                 if w != 0 && self.wanted(node.marks_at(canon)) {
@@ -406,12 +344,14 @@ impl<'g, P: XaPointer> Cursor<'g, P> {
     }
 
     /// Moves the cursor to `index` (the next load walks again).
+    #[doc(alias = "xas_set")]
     pub fn set_index(&mut self, index: u64) {
         self.index = index;
         self.spot = None;
     }
 
     /// Walks to the cursor's index and returns its entry.
+    #[doc(alias = "xas_load")]
     pub fn load(&mut self) -> Option<Entry<&'g P::Target>> {
         let spot = self.xa.locate(self.index, self.guard);
         self.spot = Some(spot);
@@ -422,6 +362,7 @@ impl<'g, P: XaPointer> Cursor<'g, P> {
     /// Re-reads the slot the last [`Cursor::load`] reached (walking again only if the tree
     /// changed shape there). Compare its result with what was loaded to know whether a reference
     /// taken in between is to the current entry.
+    #[doc(alias = "xas_reload")]
     pub fn reload(&mut self) -> Option<Entry<&'g P::Target>> {
         let Some(spot) = self.spot else {
             return self.load();
@@ -439,21 +380,18 @@ impl<'g, P: XaPointer> Cursor<'g, P> {
         } else {
             // SAFETY: the node was reached under the guard that `'g` still borrows.
             let node = unsafe { &*spot.node };
-            let off = offset(node.shift(), self.index);
-            let mut w = node.slot(off);
-            if is_sibling(w) {
-                w = node.slot(sibling_offset(w));
+            match node.step(offset(node.shift(), self.index)) {
+                Step::Entry { word, .. } => word,
+                // The tree changed shape there: walk again.
+                Step::Down(_) | Step::Restart => return self.load(),
             }
-            if is_internal(w) {
-                return self.load();
-            }
-            w
         };
         // SAFETY: loaded under the guard.
         unsafe { decode_ref(w) }
     }
 
     /// The order of the entry the last load found (0 if none).
+    #[doc(alias = "xas_get_order")]
     pub fn order(&self) -> u32 {
         self.spot.map_or(0, |s| s.order())
     }

@@ -12,14 +12,13 @@
 use std::mem::ManuallyDrop;
 use std::ptr;
 
-#[cfg(loom)]
-use loom::sync::MutexGuard;
-#[cfg(not(loom))]
-use std::sync::MutexGuard;
+use crate::sync::loom::MutexGuard;
 
 use super::*;
 
 mod add;
+mod check;
+mod split;
 mod state;
 
 pub(super) use add::{add, add_multi_walk};
@@ -73,35 +72,6 @@ impl Path {
     #[inline]
     fn clear(&mut self) {
         self.len = 0;
-    }
-}
-
-/// The entry a writer found covering an index.
-#[derive(Clone, Copy)]
-struct Loc {
-    /// The node holding it; null for the head entry (or none).
-    node: *const Node,
-    canon: usize,
-    /// 0 or an entry word.
-    word: usize,
-    nslots: usize,
-}
-
-impl Loc {
-    const EMPTY: Loc = Loc {
-        node: ptr::null(),
-        canon: 0,
-        word: 0,
-        nslots: 0,
-    };
-
-    fn order(&self) -> u32 {
-        if self.word == 0 || self.node.is_null() {
-            0
-        } else {
-            // SAFETY: found under the lock, still linked.
-            order_of(unsafe { nd(self.node) }.shift(), self.nslots)
-        }
     }
 }
 
@@ -165,7 +135,7 @@ pub struct XaLock<'a, P: XaPointer> {
 
 impl<'a, P: XaPointer> XaLock<'a, P> {
     pub(super) fn new(xa: &'a XArray<P>) -> XaLock<'a, P> {
-        let held = xa.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let held = xa.lock.lock();
         XaLock {
             xa,
             _held: held,
@@ -311,22 +281,21 @@ impl<'a, P: XaPointer> XaLock<'a, P> {
     }
 
     /// The entry covering `index`, for a path walked to the bottom.
-    fn entry_at(&self, path: &Path, index: u64) -> Loc {
+    fn entry_at(&self, path: &Path, index: u64) -> Spot {
         if path.len == 0 {
             let h = self.head();
             return if index == 0 && is_entry(h) {
-                Loc {
+                Spot {
                     word: h,
-                    nslots: 1,
-                    ..Loc::EMPTY
+                    ..Spot::EMPTY
                 }
             } else {
-                Loc::EMPTY
+                Spot::EMPTY
             };
         }
         // SAFETY: nodes on a path are linked while the lock is held.
         if !covers(unsafe { nd(path.nodes[0]) }.shift(), index) {
-            return Loc::EMPTY;
+            return Spot::EMPTY;
         }
         let p = path.last();
         // SAFETY: as above.
@@ -339,13 +308,12 @@ impl<'a, P: XaPointer> XaLock<'a, P> {
             w = node.slot(canon);
         }
         if !is_entry(w) {
-            return Loc::EMPTY;
+            return Spot::EMPTY;
         }
-        Loc {
+        Spot {
             node: p,
             canon,
             word: w,
-            nslots: node.extent(canon),
         }
     }
 
@@ -725,204 +693,7 @@ impl<'a, P: XaPointer> XaLock<'a, P> {
     }
 
     fn get_mark_at(&self, path: &Path, index: u64, mark: Mark) -> bool {
-        let loc = self.entry_at(path, index);
-        if loc.word == 0 {
-            false
-        } else if loc.node.is_null() {
-            self.head_marks() & mark.bit() != 0
-        } else {
-            // SAFETY: found under the lock, linked.
-            unsafe { nd(loc.node) }.marks_at(loc.canon) & mark.bit() != 0
-        }
-    }
-
-    // ---- splitting ----
-
-    /// Splits the entry (canonical slot `c` of `node`, order `big`) into pieces of `order`,
-    /// using `reserve` for the nodes below its level. `dup` makes another copy of the word for
-    /// every piece after the first.
-    #[allow(clippy::too_many_arguments)]
-    fn split_entry(
-        &mut self,
-        node_p: *const Node,
-        c: usize,
-        word: usize,
-        big: u32,
-        order: u32,
-        reserve: &mut NodeReserve,
-        dup: &dyn Fn(usize) -> usize,
-    ) {
-        // SAFETY: found under the lock, linked.
-        let node = unsafe { nd(node_p) };
-        let top = node.shift();
-        let s = level_of(order);
-        let n = 1usize << (big - top);
-        let bits = node.marks_at(c);
-        if s == top {
-            // Same level: rewrite the run of slots as smaller runs.
-            let m = 1usize << (order - s);
-            for piece in 1..n / m {
-                let j = c + piece * m;
-                node.set_marks_at(j, bits);
-                node.set(j, dup(word));
-                for q in 1..m {
-                    node.set(j + q, mk_sibling(j));
-                }
-            }
-            return;
-        }
-        let mut built = [ptr::null::<Node>(); CHUNK];
-        let mut used_original = false;
-        for (j, b) in built.iter_mut().enumerate().take(n) {
-            *b = self.build_split(
-                top - CHUNK_SHIFT,
-                node.base + (((c + j) as u64) << top),
-                s,
-                order,
-                word,
-                bits,
-                reserve,
-                dup,
-                &mut used_original,
-            );
-        }
-        for j in 0..n {
-            node.set_marks_at(c + j, bits);
-        }
-        // Siblings first: a reader that meets a sibling whose canonical slot is already a node
-        // starts over from the head.
-        for j in (0..n).rev() {
-            node.set(c + j, mk_node(built[j]));
-        }
-        // The run of value slots became children.
-        if is_value(word) {
-            node.set_values(node.values() - n as u32);
-        }
-        self.update_node(node_p);
-        // A root whose only slot 0 became a node shrinks.
-        self.shrink();
-    }
-
-    /// Builds one full subtree of a split, from reserve nodes.
-    #[allow(clippy::too_many_arguments)]
-    fn build_split(
-        &mut self,
-        shift: u32,
-        base: u64,
-        s: u32,
-        order: u32,
-        word: usize,
-        bits: u8,
-        reserve: &mut NodeReserve,
-        dup: &dyn Fn(usize) -> usize,
-        used_original: &mut bool,
-    ) -> *const Node {
-        let p = self.adopt(reserve.take(shift, base));
-        // SAFETY: ours, not yet published.
-        let node = unsafe { nd(p) };
-        if shift == s {
-            let m = 1usize << (order - s);
-            let mut j = 0;
-            while j < CHUNK {
-                let w = if *used_original { dup(word) } else { word };
-                *used_original = true;
-                node.slots[j].store(w, Ordering::Relaxed);
-                for q in 1..m {
-                    node.slots[j + q].store(mk_sibling(j), Ordering::Relaxed);
-                }
-                node.set_marks_at(j, bits);
-                j += m;
-            }
-        } else {
-            for j in 0..CHUNK {
-                let child = self.build_split(
-                    shift - CHUNK_SHIFT,
-                    base + ((j as u64) << shift),
-                    s,
-                    order,
-                    word,
-                    bits,
-                    reserve,
-                    dup,
-                    used_original,
-                );
-                node.slots[j].store(mk_node(child), Ordering::Relaxed);
-                node.set_marks_at(j, bits);
-            }
-        }
-        node.set_count(CHUNK as u32);
-        if shift == s && is_value(word) {
-            node.set_values(CHUNK as u32);
-        }
-        self.update_node(p);
-        p
-    }
-
-    /// How many nodes [`XaLock::split_with`] needs to split the entry covering `index` into
-    /// pieces of `order` (0 when nothing needs to be done or the split needs none).
-    pub fn split_needs(&self, index: u64, order: u32) -> Result<usize, XaError> {
-        if order > MAX_ORDER {
-            return Err(XaError::BadOrder { order });
-        }
-        let path = self.walk(index, 0);
-        let loc = self.entry_at(&path, index);
-        if loc.word == 0 {
-            return Err(XaError::NotPresent { index });
-        }
-        let have = loc.order();
-        if order > have {
-            return Err(XaError::BadSplit { have, want: order });
-        }
-        let nodes = split_nodes(have, order);
-        if nodes > MAX_SPLIT_NODES {
-            return Err(XaError::SplitTooLarge {
-                have,
-                want: order,
-                nodes,
-            });
-        }
-        Ok(nodes)
-    }
-
-    /// Splits the entry covering `index` into pieces of `order` (each a clone of the pointer,
-    /// with the entry's marks), taking the nodes it needs from `reserve`, allocated beforehand
-    /// outside the lock.
-    pub fn split_with(
-        &mut self,
-        index: u64,
-        order: u32,
-        reserve: &mut NodeReserve,
-    ) -> Result<(), XaError>
-    where
-        P: Clone,
-    {
-        let nodes = self.split_needs(index, order)?;
-        let path = self.walk(index, 0);
-        let loc = self.entry_at(&path, index);
-        let have = loc.order();
-        if order == have {
-            return Ok(());
-        }
-        if reserve.len() < nodes {
-            return Err(XaError::ReserveTooSmall {
-                needed: nodes,
-                have: reserve.len(),
-            });
-        }
-        let dup = |w: usize| -> usize {
-            if is_pointer(w) {
-                // SAFETY: `w` is a pointer word the array owns; the `ManuallyDrop` keeps that
-                // ownership with the array while we clone it.
-                let p = ManuallyDrop::new(unsafe {
-                    P::from_raw(NonNull::new_unchecked(w as *mut P::Target))
-                });
-                P::into_raw(P::clone(&p)).as_ptr() as usize
-            } else {
-                w
-            }
-        };
-        self.split_entry(loc.node, loc.canon, loc.word, have, order, reserve, &dup);
-        Ok(())
+        self.entry_at(path, index).marks(self.xa) & mark.bit() != 0
     }
 
     // ---- public operations ----
@@ -935,12 +706,14 @@ impl<'a, P: XaPointer> XaLock<'a, P> {
     }
 
     /// The order of the entry covering `index` (0 if none).
+    #[doc(alias = "xas_get_order")]
     pub fn get_order(&self, index: u64) -> u32 {
         let path = self.walk(index, 0);
         self.entry_at(&path, index).order()
     }
 
     /// See [`XArray::store`].
+    #[doc(alias = "__xa_store")]
     pub fn store(
         &mut self,
         index: u64,
@@ -960,13 +733,7 @@ impl<'a, P: XaPointer> XaLock<'a, P> {
         order: u32,
         entry: Option<Entry<P>>,
     ) -> Result<Option<Entry<Retired<P>>>, Rejected<P>> {
-        if order > MAX_ORDER {
-            return Err(Rejected {
-                error: XaError::BadOrder { order },
-                entry,
-            });
-        }
-        let new = encode(entry)?;
+        let new = encode_order(order, entry)?;
         let start = index & !span(order);
         let mut path = self.walk(start, level_of(order));
         let old = self.store_from(&mut path, start, order, new);
@@ -1025,6 +792,7 @@ impl<'a, P: XaPointer> XaLock<'a, P> {
     }
 
     /// See [`XArray::erase`].
+    #[doc(alias = "__xa_erase")]
     pub fn erase(&mut self, index: u64) -> Option<Entry<Retired<P>>> {
         let mut path = self.walk(index, 0);
         let old = self.store_keep(&mut path, index, 0);
@@ -1033,6 +801,7 @@ impl<'a, P: XaPointer> XaLock<'a, P> {
     }
 
     /// See [`XArray::cmpxchg`].
+    #[doc(alias = "__xa_cmpxchg")]
     pub fn cmpxchg(
         &mut self,
         index: u64,
@@ -1056,12 +825,14 @@ impl<'a, P: XaPointer> XaLock<'a, P> {
     }
 
     /// See [`XArray::set_mark`].
+    #[doc(alias = "__xa_set_mark")]
     pub fn set_mark(&mut self, index: u64, mark: Mark) -> bool {
         let path = self.walk(index, 0);
         self.change_mark(&path, index, mark, true)
     }
 
     /// See [`XArray::clear_mark`].
+    #[doc(alias = "__xa_clear_mark")]
     pub fn clear_mark(&mut self, index: u64, mark: Mark) -> bool {
         let path = self.walk(index, 0);
         self.change_mark(&path, index, mark, false)
@@ -1110,180 +881,5 @@ impl<'a, P: XaPointer> XaLock<'a, P> {
         }
         self.retire_word(first);
         true
-    }
-
-    // ---- invariants ----
-
-    /// See [`XArray::check`].
-    pub(super) fn check(&self) -> Result<(), String> {
-        let h = self.head();
-        let mut nodes = 0usize;
-        if h == 0 && self.head_marks() != 0 {
-            return Err("marks on an empty array".into());
-        }
-        if is_internal(h) && !is_node(h) {
-            return Err(format!("head holds internal word {h:#x}"));
-        }
-        if is_node(h) {
-            // SAFETY: the root is linked.
-            let root = unsafe { nd(node_ptr(h)) };
-            if root.count() == 1 && root.slot(0) != 0 {
-                let w = root.slot(0);
-                if is_node(w) || root.shift() == 0 {
-                    return Err("the tree was not shrunk".into());
-                }
-            }
-            if root.any_marks() != self.head_marks() {
-                return Err(format!(
-                    "head marks {:#b} but root marks {:#b}",
-                    self.head_marks(),
-                    root.any_marks()
-                ));
-            }
-            self.check_node(node_ptr(h), 0, &mut nodes)?;
-        }
-        let counted = self.xa.nodes.load(Ordering::Relaxed);
-        if nodes != counted {
-            return Err(format!(
-                "{nodes} nodes linked but node_count says {counted}"
-            ));
-        }
-        if let Some((list, token)) = &self.xa.list {
-            // A list only this array uses holds exactly its listed nodes.
-            let tokens = list.tokens();
-            if tokens.iter().all(|t| t == token) {
-                let listed = self.count_listed(h);
-                if tokens.len() != listed || list.len() != listed {
-                    return Err(format!(
-                        "{listed} nodes listed but the list holds {} (len {})",
-                        tokens.len(),
-                        list.len()
-                    ));
-                }
-            }
-        }
-        Ok(())
-    }
-
-    fn count_listed(&self, w: usize) -> usize {
-        if !is_node(w) {
-            return 0;
-        }
-        // SAFETY: linked, under the lock.
-        let node = unsafe { nd(node_ptr(w)) };
-        let own = usize::from(node.listed.load(Ordering::Relaxed));
-        own + (0..CHUNK)
-            .map(|j| self.count_listed(node.slot(j)))
-            .sum::<usize>()
-    }
-
-    fn check_node(&self, p: *const Node, base: u64, nodes: &mut usize) -> Result<(), String> {
-        *nodes += 1;
-        // SAFETY: linked, under the lock.
-        let node = unsafe { nd(p) };
-        let shift = node.shift();
-        if shift % CHUNK_SHIFT != 0 {
-            return Err(format!("node at {base:#x} has shift {shift}"));
-        }
-        if node.base != base {
-            return Err(format!(
-                "node at {base:#x} says its base is {:#x}",
-                node.base
-            ));
-        }
-        let mut used = 0;
-        let mut values = 0;
-        let mut j = 0;
-        while j < CHUNK {
-            let w = node.slot(j);
-            let bits = node.marks_at(j);
-            if j >= slots_in(shift) && w != 0 {
-                return Err(format!(
-                    "node at {base:#x}: slot {j} is beyond the index space"
-                ));
-            }
-            if w == 0 {
-                if bits != 0 {
-                    return Err(format!("node at {base:#x}: marks on empty slot {j}"));
-                }
-                j += 1;
-                continue;
-            }
-            if w == RETRY || is_sibling(w) {
-                return Err(format!(
-                    "node at {base:#x}: stray internal word {w:#x} in slot {j}"
-                ));
-            }
-            if is_node(w) {
-                used += 1;
-                // SAFETY: linked child.
-                let child = unsafe { nd(node_ptr(w)) };
-                if child.shift() + CHUNK_SHIFT != shift {
-                    return Err(format!("node at {base:#x}: child shift {}", child.shift()));
-                }
-                if child.any_marks() != bits {
-                    return Err(format!(
-                        "node at {base:#x}: slot {j} marks {bits:#b} but child {:#b}",
-                        child.any_marks()
-                    ));
-                }
-                if child.count() == 0 {
-                    return Err(format!("node at {base:#x}: empty child in slot {j}"));
-                }
-                self.check_node(node_ptr(w), base + ((j as u64) << shift), nodes)?;
-                j += 1;
-                continue;
-            }
-            let ext = node.extent(j);
-            if !ext.is_power_of_two() || j % ext != 0 {
-                return Err(format!(
-                    "node at {base:#x}: entry at slot {j} spans {ext} slots"
-                ));
-            }
-            for q in 1..ext {
-                if node.marks_at(j + q) != 0 {
-                    return Err(format!(
-                        "node at {base:#x}: marks on sibling slot {}",
-                        j + q
-                    ));
-                }
-            }
-            used += ext;
-            if is_value(w) {
-                values += ext;
-            }
-            j += ext;
-        }
-        if values as u32 != node.values() {
-            return Err(format!(
-                "node at {base:#x}: nr_values {} but {values} value slots",
-                node.values()
-            ));
-        }
-        let listed = node.listed.load(Ordering::Relaxed);
-        match &self.xa.list {
-            Some((list, _)) => {
-                if listed != node.values_only() {
-                    return Err(format!(
-                        "node at {base:#x}: listed {listed} but holds only values: {}",
-                        node.values_only()
-                    ));
-                }
-                if listed != list.contains(p) {
-                    return Err(format!(
-                        "node at {base:#x}: listed flag disagrees with the list"
-                    ));
-                }
-            }
-            None if listed => return Err(format!("node at {base:#x}: listed without a list")),
-            None => {}
-        }
-        if used as u32 != node.count() {
-            return Err(format!(
-                "node at {base:#x}: count {} but {used} slots used",
-                node.count()
-            ));
-        }
-        Ok(())
     }
 }

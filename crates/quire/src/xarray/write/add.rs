@@ -253,7 +253,22 @@ fn prepare<P: XaPointer>(index: u64, order: u32, entry: Entry<P>) -> Result<usiz
     encode(Some(entry))
 }
 
+/// The rejection of an insert whose encoded entry was never stored: the entry goes back to the
+/// caller with the error.
+///
+/// # Safety
+///
+/// `w` came from [`prepare`] and was not stored: the caller still owns it, and gives it up here.
+unsafe fn not_stored<P: XaPointer>(error: XaError, w: usize) -> Rejected<P> {
+    Rejected {
+        error,
+        // SAFETY: forwarded: an owned word from `encode`.
+        entry: unsafe { decode_owned(w) },
+    }
+}
+
 /// [`XArray::add`].
+#[doc(alias("__filemap_add_folio", "xas_find_conflict"))]
 pub(in crate::xarray) fn add<P: XaPointer>(
     xa: &XArray<P>,
     index: u64,
@@ -268,11 +283,8 @@ pub(in crate::xarray) fn add<P: XaPointer>(
             AddStep::Done(w) => return Ok(shadow_of(w)),
             AddStep::Fail(error) => {
                 drop(lock);
-                return Err(Rejected {
-                    error,
-                    // SAFETY: `new` was not stored; it is still ours.
-                    entry: unsafe { decode_owned(new) },
-                });
+                // SAFETY: `new` was not stored; it is still ours.
+                return Err(unsafe { not_stored(error, new) });
             }
             AddStep::NeedSplit(mut r, nodes) => {
                 // Allocate outside the lock, then start over; `add_locked` checks that the
@@ -293,11 +305,8 @@ pub(in crate::xarray) fn add_multi_walk<P: XaPointer>(
     entry: Entry<P>,
 ) -> Result<Option<u64>, Rejected<P>> {
     let new = prepare(index, order, entry)?;
-    let fail = |error: XaError| Rejected {
-        error,
-        // SAFETY: `new` was not stored; it is still ours.
-        entry: unsafe { decode_owned(new) },
-    };
+    // SAFETY: `fail` is called only on paths where `new` was not stored; it is still ours.
+    let fail = |error: XaError| unsafe { not_stored(error, new) };
     let s = level_of(order);
     let mut reserve = NodeReserve::new(0);
     loop {

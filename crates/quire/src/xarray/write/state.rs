@@ -55,6 +55,7 @@ impl<'l, 'a, P: XaPointer> XaState<'l, 'a, P> {
 
     /// Moves the cursor to `index`, keeping the part of its path that also leads there (no
     /// walk from the head when `index` is in the same node).
+    #[doc(alias = "xas_set")]
     pub fn set_index(&mut self, index: u64) {
         if self.valid() && self.path.len > 0 {
             // SAFETY: a valid path's nodes are linked.
@@ -82,12 +83,14 @@ impl<'l, 'a, P: XaPointer> XaState<'l, 'a, P> {
     }
 
     /// Moves to the next index (staying at `u64::MAX`) and loads its entry.
+    #[doc(alias = "xas_next")]
     pub fn advance(&mut self) -> Option<Entry<&P::Target>> {
         self.set_index(self.index.saturating_add(1));
         self.load()
     }
 
     /// The entry at the cursor.
+    #[doc(alias = "xas_load")]
     pub fn load(&mut self) -> Option<Entry<&P::Target>> {
         self.ensure();
         // SAFETY: under the lock, nothing is removed while `self` is borrowed shared.
@@ -95,12 +98,14 @@ impl<'l, 'a, P: XaPointer> XaState<'l, 'a, P> {
     }
 
     /// The order of the entry at the cursor (0 if none).
+    #[doc(alias = "xas_get_order")]
     pub fn get_order(&mut self) -> u32 {
         self.ensure();
         self.lock.entry_at(&self.path, self.index).order()
     }
 
     /// Stores at the cursor with [`XArray::store`]'s semantics.
+    #[doc(alias = "xas_store")]
     pub fn store(
         &mut self,
         entry: Option<Entry<P>>,
@@ -119,13 +124,7 @@ impl<'l, 'a, P: XaPointer> XaState<'l, 'a, P> {
         order: u32,
         entry: Option<Entry<P>>,
     ) -> Result<Option<Entry<Retired<P>>>, Rejected<P>> {
-        if order > MAX_ORDER {
-            return Err(Rejected {
-                error: XaError::BadOrder { order },
-                entry,
-            });
-        }
-        let new = encode(entry)?;
+        let new = encode_order(order, entry)?;
         self.ensure();
         let start = self.index & !span(order);
         let old = self.lock.store_from(&mut self.path, start, order, new);
@@ -134,18 +133,21 @@ impl<'l, 'a, P: XaPointer> XaState<'l, 'a, P> {
     }
 
     /// Sets `mark` on the entry at the cursor; false if there is none.
+    #[doc(alias = "xas_set_mark")]
     pub fn set_mark(&mut self, mark: Mark) -> bool {
         self.ensure();
         self.lock.change_mark(&self.path, self.index, mark, true)
     }
 
     /// Clears `mark` on the entry at the cursor; false if there is none.
+    #[doc(alias = "xas_clear_mark")]
     pub fn clear_mark(&mut self, mark: Mark) -> bool {
         self.ensure();
         self.lock.change_mark(&self.path, self.index, mark, false)
     }
 
     /// Whether the entry at the cursor has `mark`.
+    #[doc(alias = "xas_get_mark")]
     pub fn get_mark(&mut self, mark: Mark) -> bool {
         self.ensure();
         self.lock.get_mark_at(&self.path, self.index, mark)

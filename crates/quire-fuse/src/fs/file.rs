@@ -1,0 +1,184 @@
+//! File operations whose work is the state's (the kernel's `fs/fuse/file.c` side): reads through
+//! the page cache into a per-thread buffer, writes, and `fallocate`.
+
+use super::*;
+
+thread_local! {
+    /// Each FUSE thread's read buffer (up to the largest read the kernel sends).
+    static READ_BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+impl FsState {
+    pub(super) fn read(&self, fh: FileHandle, offset: u64, size: u32, reply: ReplyData) {
+        let s = self;
+        s.counters.op(Op::Read);
+        let h = tri!(@state self, reply, s.handle(fh));
+        READ_BUF.with(|b| {
+            let mut buf = b.borrow_mut();
+            if buf.len() < size as usize {
+                buf.resize(size as usize, 0);
+            }
+            match h.cf.read_at(offset, &mut buf[..size as usize]) {
+                Ok(n) => {
+                    s.counters.read(n);
+                    reply.data(&buf[..n]);
+                }
+                // The backing file was cut behind the mount, or the offset is past any file:
+                // end of file.
+                Err(e)
+                    if is_eof(&e) || matches!(e, quire::filemap::FilemapError::Overflow { .. }) =>
+                {
+                    reply.data(&[]);
+                }
+                Err(e) => {
+                    s.counters.error();
+                    reply.error(errno::of_filemap(&e));
+                }
+            }
+        });
+    }
+
+    pub(super) fn write(&self, fh: FileHandle, offset: u64, data: &[u8], reply: ReplyWrite) {
+        let s = self;
+        s.counters.op(Op::Write);
+        let h = tri!(@state self, reply, s.handle(fh));
+        let end = tri!(
+            @state self,
+            reply,
+            offset.checked_add(data.len() as u64).ok_or(Errno::EFBIG)
+        );
+        tri!(@state self, reply, s.check_size(end));
+        if s.cfg.check_space {
+            tri!(@state self, reply, s.space.take(data.len() as u64, s));
+        }
+        match h.cf.write_at(offset, data) {
+            Ok(n) => {
+                h.file.touch();
+                s.counters.written(n);
+                reply.written(n as u32);
+                // Write-behind: a file written fast while dirty memory is above the flusher's
+                // threshold is written back by the thread that served the write, after the
+                // reply — so several writers' data goes out on several threads at once rather
+                // than through the one flusher, while the writer goes on. (Through the mapping's
+                // own handle: an error is recorded for every handle's fsync, and none is taken
+                // from this one.)
+                let w = h.written.fetch_add(n as u64, Ordering::Relaxed) + n as u64;
+                if w >= WRITE_BEHIND_EVERY {
+                    h.written.store(0, Ordering::Relaxed);
+                    let cache = s.files.cache();
+                    let dirty = (cache.stats().dirty_frames as u64) << 12;
+                    if dirty > cache.config().dirty_background as u64 {
+                        let _ = h.file.main.flush();
+                    }
+                }
+            }
+            Err(e) => {
+                s.counters.error();
+                reply.error(errno::of_filemap(&e));
+            }
+        }
+    }
+
+    pub(super) fn fallocate(
+        &self,
+        fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        let s = self;
+        s.counters.op(Op::Fallocate);
+        let h = tri!(@state self, reply, s.handle(fh));
+        let end = tri!(@state self, reply, offset.checked_add(length).ok_or(Errno::EFBIG));
+        tri!(@state self, reply, s.check_size(end));
+        let keep = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
+        let f = &h.file;
+        match mode & !libc::FALLOC_FL_KEEP_SIZE {
+            0 => {
+                tri!(
+                    @state self,
+                    reply,
+                    rustix::fs::fallocate(
+                        f.backing.fd(),
+                        FallocateFlags::KEEP_SIZE,
+                        offset,
+                        length
+                    )
+                    .map_err(errno::of_sys)
+                );
+                if !keep && end > f.main.len() {
+                    tri!(
+                        @state self,
+                        reply,
+                        f.main.set_len(end).map_err(|e| errno::of_filemap(&e))
+                    );
+                }
+            }
+            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_ZERO_RANGE => {
+                let punch = mode & libc::FALLOC_FL_PUNCH_HOLE != 0;
+                if punch && !keep {
+                    s.counters.error();
+                    reply.error(Errno::EINVAL);
+                    return;
+                }
+                let len = f.main.len();
+                // Through the cache first (zeros where the range lies inside the file), written
+                // back, then the blocks freed in the backing file: cached and stored bytes agree.
+                // A range larger than ZERO_THROUGH_CACHE is not zeroed through the cache: its
+                // data is written back, the blocks freed, and the file's cached clean data
+                // dropped (folios a reader holds at that moment keep their old bytes for it).
+                const ZERO_THROUGH_CACHE: u64 = 64 << 20;
+                let zero_end = end.min(len);
+                let coarse = zero_end.saturating_sub(offset) > ZERO_THROUGH_CACHE;
+                let mut at = if coarse { zero_end } else { offset };
+                let zeros = vec![0u8; 1 << 20];
+                while at < zero_end {
+                    let n = ((zero_end - at) as usize).min(zeros.len());
+                    tri!(
+                        @state self,
+                        reply,
+                        f.main
+                            .write_at(at, &zeros[..n])
+                            .map_err(|e| errno::of_filemap(&e))
+                    );
+                    at += n as u64;
+                }
+                tri!(
+                    @state self,
+                    reply,
+                    f.main.flush().map_err(|e| errno::of_filemap(&e))
+                );
+                let flags = if punch {
+                    FallocateFlags::PUNCH_HOLE | FallocateFlags::KEEP_SIZE
+                } else {
+                    FallocateFlags::ZERO_RANGE | FallocateFlags::KEEP_SIZE
+                };
+                tri!(
+                    @state self,
+                    reply,
+                    rustix::fs::fallocate(f.backing.fd(), flags, offset, length)
+                        .map_err(errno::of_sys)
+                );
+                if coarse {
+                    let _ = f.main.invalidate();
+                }
+                if !punch && !keep && end > len {
+                    tri!(
+                        @state self,
+                        reply,
+                        f.main.set_len(end).map_err(|e| errno::of_filemap(&e))
+                    );
+                }
+            }
+            _ => {
+                s.counters.error();
+                reply.error(Errno::EOPNOTSUPP);
+                return;
+            }
+        }
+        f.touch();
+        f.backing.restamp();
+        reply.ok();
+    }
+}

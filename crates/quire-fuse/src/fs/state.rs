@@ -1,0 +1,516 @@
+//! The state's side of the operations: from a FUSE node to its dentry and backing descriptor,
+//! handles, attributes, directory listings, creation and attribute changes.
+
+use super::*;
+
+impl FsState {
+    /// The dentry cache and inode table.
+    pub fn nodes(&self) -> &Nodes {
+        &self.nodes
+    }
+
+    /// The open and kept files.
+    pub fn files(&self) -> &Files {
+        &self.files
+    }
+
+    /// Writes back every file's data and syncs the backing files (SIGINT/SIGTERM, unmount).
+    pub fn sync_all(&self) -> Result<(), quire::filemap::FilemapError> {
+        self.files.sync_all()
+    }
+
+    /// The counters, as `quire stat` prints them.
+    pub fn render_stats(&self) -> String {
+        let mut out = String::new();
+        let cs = self.files.cache().stats();
+        use std::fmt::Write as _;
+        let _ = writeln!(out, "capacity_bytes {}", self.cfg.capacity);
+        let _ = writeln!(out, "frames {}", cs.frames);
+        let _ = writeln!(out, "free_frames {}", cs.free_frames);
+        let _ = writeln!(out, "cached_frames {}", cs.cached_frames);
+        let _ = writeln!(out, "dirty_frames {}", cs.dirty_frames);
+        let _ = writeln!(out, "mappings {}", cs.files);
+        let _ = writeln!(out, "files_open_or_kept {}", self.files.len());
+        let _ = writeln!(
+            out,
+            "files_revalidated {}",
+            self.files.revalidated.load(Ordering::Relaxed)
+        );
+        let handles: usize = self.handles.iter().map(|s| s.lock().len()).sum();
+        let _ = writeln!(out, "handles {handles}");
+        let _ = writeln!(out, "nodes {}", self.nodes.len());
+        let _ = writeln!(out, "dentries {}", self.nodes.dcache().nr_dentry());
+        let _ = writeln!(out, "dentries_unused {}", self.nodes.dcache().nr_unused());
+        let _ = writeln!(
+            out,
+            "mmap_allowed {}",
+            u8::from(self.mmap_allowed.load(Ordering::Relaxed))
+        );
+        if let Some(rss) = crate::stats::rss_bytes() {
+            let _ = writeln!(out, "rss_bytes {rss}");
+        }
+        self.counters.render(&mut out);
+        let snap = quire::stats::Snapshot::take();
+        for e in quire::stats::Event::ALL {
+            let _ = writeln!(out, "quire_{} {}", e.name(), snap.get(*e));
+        }
+        out
+    }
+
+    // ---- lookups ---------------------------------------------------------------------------
+
+    pub(super) fn node(&self, id: INodeNo) -> R<Arc<Node>> {
+        self.nodes.get(id.0).ok_or(Errno::ESTALE)
+    }
+
+    pub(super) fn dentry(&self, node: &Node) -> R<DentryRef<'_>> {
+        self.nodes.dentry(node).ok_or(Errno::ESTALE)
+    }
+
+    /// Opens the name of `d` in its directory with `flags` (never following a symbolic link):
+    /// the dentry cache's errors as an `errno`, the system call's left to the caller.
+    pub(super) fn open_name(
+        &self,
+        d: &DentryRef<'_>,
+        flags: OFlags,
+    ) -> R<rustix::io::Result<OwnedFd>> {
+        self.nodes
+            .dcache()
+            .with_name(d, |dir, name| {
+                rustix::fs::openat(
+                    dir,
+                    name,
+                    flags | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                    Mode::empty(),
+                )
+            })
+            .map_err(|e| errno::of_dcache(&e))
+    }
+
+    /// `fd`'s attributes, checked to be `node`'s file (`ESTALE` if the name now names another).
+    pub(super) fn check_same(node: &Node, fd: &OwnedFd) -> R<rustix::fs::Statx> {
+        let st = statx_fd(fd.as_fd()).map_err(errno::of_sys)?;
+        if !same_file(&st, &node.ident) {
+            return Err(Errno::ESTALE);
+        }
+        Ok(st)
+    }
+
+    pub(super) fn handle(&self, fh: FileHandle) -> R<Arc<Handle>> {
+        self.handles[fh.0 as usize % HANDLE_SHARDS]
+            .lock()
+            .get(&fh.0)
+            .cloned()
+            .ok_or(Errno::EBADF)
+    }
+
+    pub(super) fn new_fh(&self) -> u64 {
+        self.next_fh.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The backing file's `statx`, with the length and modification time of cached writes.
+    pub(super) fn stat_node(&self, node: &Node) -> R<rustix::fs::Statx> {
+        let file = self.files.get(&node.ident);
+        let mut st = match &file {
+            Some(f) => statx_fd(f.backing.fd()).map_err(errno::of_sys)?,
+            None => self.stat_by_name(node)?,
+        };
+        if let Some(f) = file {
+            st.stx_size = f.main.len();
+            if let Some(t) = f.last_write() {
+                let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
+                let (s, ns) = (d.as_secs() as i64, d.subsec_nanos());
+                if (s, ns) > (st.stx_mtime.tv_sec, st.stx_mtime.tv_nsec) {
+                    st.stx_mtime.tv_sec = s;
+                    st.stx_mtime.tv_nsec = ns;
+                    st.stx_ctime = st.stx_mtime;
+                }
+            }
+        }
+        Ok(st)
+    }
+
+    pub(super) fn stat_by_name(&self, node: &Node) -> R<rustix::fs::Statx> {
+        let d = self.dentry(node)?;
+        let st = if node.ident.kind == FileKind::Dir {
+            self.nodes.dcache().with_dir(&d, statx_fd)
+        } else {
+            self.nodes.dcache().with_name(&d, |dir, name| {
+                rustix::fs::statx(
+                    dir,
+                    name,
+                    AtFlags::SYMLINK_NOFOLLOW,
+                    StatxFlags::BASIC_STATS,
+                )
+            })
+        }
+        .map_err(|e| errno::of_dcache(&e))?
+        .map_err(errno::of_sys)?;
+        if !same_file(&st, &node.ident) {
+            // The name now names another file (changed behind the mount).
+            return Err(Errno::ESTALE);
+        }
+        Ok(st)
+    }
+
+    /// An `O_PATH` descriptor of the node's file, checked to be that file.
+    pub(super) fn opath(&self, node: &Node) -> R<OwnedFd> {
+        let d = self.dentry(node)?;
+        let fd = if node.ident.kind == FileKind::Dir || node.id == ROOT_ID {
+            self.nodes
+                .dcache()
+                .with_dir(&d, |fd| {
+                    rustix::fs::openat(
+                        fd,
+                        ".",
+                        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                        Mode::empty(),
+                    )
+                })
+                .map_err(|e| errno::of_dcache(&e))?
+        } else {
+            self.open_name(&d, OFlags::PATH)?
+        }
+        .map_err(errno::of_sys)?;
+        Self::check_same(node, &fd)?;
+        Ok(fd)
+    }
+
+    pub(super) fn entry(&self, node: &Node, st: &rustix::fs::Statx) -> FileAttr {
+        let mut st = *st;
+        if let Some(f) = self.files.get(&node.ident) {
+            st.stx_size = f.main.len();
+        }
+        attr_of(node.id, &st)
+    }
+
+    // ---- opening ---------------------------------------------------------------------------
+
+    /// Opens the backing file of `node` (read-write and `O_DIRECT` where possible).
+    pub(super) fn open_backing(&self, node: &Node) -> R<Opened> {
+        let d = self.dentry(node)?;
+        let path = self.nodes.dcache().path_of(&d);
+        let try_open = |flags: OFlags| self.open_name(&d, flags);
+        let mut writable = true;
+        let mut result = try_open(OFlags::RDWR | OFlags::DIRECT)?;
+        if matches!(result, Err(rustix::io::Errno::INVAL)) {
+            result = try_open(OFlags::RDWR)?;
+        }
+        if matches!(
+            result,
+            Err(rustix::io::Errno::ACCESS | rustix::io::Errno::ROFS | rustix::io::Errno::PERM)
+        ) {
+            writable = false;
+            result = try_open(OFlags::RDONLY | OFlags::DIRECT)?;
+            if matches!(result, Err(rustix::io::Errno::INVAL)) {
+                result = try_open(OFlags::RDONLY)?;
+            }
+        }
+        let fd = result.map_err(errno::of_sys)?;
+        let st = Self::check_same(node, &fd)?;
+        if u32::from(st.stx_mode) & libc::S_IFMT != libc::S_IFREG {
+            return Err(Errno::EINVAL);
+        }
+        Ok(Opened { fd, writable, path })
+    }
+
+    pub(super) fn add_handle(&self, file: Arc<FileData>, writable: bool) -> u64 {
+        let cf = file.main.reopen();
+        let fh = self.new_fh();
+        self.handles[fh as usize % HANDLE_SHARDS].lock().insert(
+            fh,
+            Arc::new(Handle {
+                file,
+                cf,
+                writable,
+                written: AtomicU64::new(0),
+            }),
+        );
+        fh
+    }
+
+    pub(super) fn open_flags(&self) -> FopenFlags {
+        FopenFlags::FOPEN_DIRECT_IO | FopenFlags::FOPEN_PARALLEL_DIRECT_WRITES
+    }
+
+    pub(super) fn check_size(&self, end: u64) -> R<()> {
+        if end > self.cfg.max_file_size {
+            Err(Errno::EFBIG)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Gives new files and directories the caller's owner when the daemon runs as root (and
+    /// the group of a set-group-id parent directory, as Linux does).
+    pub(super) fn chown_new(
+        &self,
+        req: &Request,
+        parent: &Node,
+        fd: BorrowedFd<'_>,
+        st: &mut rustix::fs::Statx,
+    ) {
+        if !self.as_root || (req.uid() == self.euid && req.gid() == self.egid) {
+            return;
+        }
+        let parent_setgid = self
+            .stat_node(parent)
+            .map(|p| u32::from(p.stx_mode) & libc::S_ISGID != 0)
+            .unwrap_or(false);
+        let gid = if parent_setgid { st.stx_gid } else { req.gid() };
+        let ok = rustix::fs::chownat(
+            fd,
+            "",
+            Some(rustix::fs::Uid::from_raw(req.uid())),
+            Some(rustix::fs::Gid::from_raw(gid)),
+            AtFlags::EMPTY_PATH,
+        )
+        .is_ok();
+        if ok {
+            st.stx_uid = req.uid();
+            st.stx_gid = gid;
+        }
+    }
+
+    // ---- directories -----------------------------------------------------------------------
+
+    pub(super) fn read_dir(&self, dir: &DirHandle) -> R<Arc<Vec<DirEnt>>> {
+        rustix::fs::seek(&dir.fd, rustix::fs::SeekFrom::Start(0)).map_err(errno::of_sys)?;
+        let mut out = Vec::new();
+        let mut buf = Vec::with_capacity(32 * 1024);
+        let mut it = rustix::fs::RawDir::new(&dir.fd, buf.spare_capacity_mut());
+        while let Some(e) = it.next() {
+            let e = e.map_err(errno::of_sys)?;
+            out.push(DirEnt {
+                name: OsStr::from_bytes(e.file_name().to_bytes()).to_os_string(),
+                ino: e.ino(),
+                kind: kind_of_dtype(e.file_type()),
+            });
+        }
+        Ok(Arc::new(out))
+    }
+
+    pub(super) fn dir_entries(
+        &self,
+        fh: FileHandle,
+        offset: u64,
+    ) -> R<(Arc<DirHandle>, Arc<Vec<DirEnt>>)> {
+        let dir = self.dirs.lock().get(&fh.0).cloned().ok_or(Errno::EBADF)?;
+        let mut cached = dir.entries.lock();
+        let entries = match (&*cached, offset) {
+            (Some(e), o) if o > 0 => e.clone(),
+            _ => {
+                let e = self.read_dir(&dir)?;
+                *cached = Some(e.clone());
+                e
+            }
+        };
+        drop(cached);
+        Ok((dir, entries))
+    }
+
+    /// The node id the kernel should see as `d_ino` for a directory entry.
+    pub(super) fn dirent_ino(&self, dir_node: u64, dev: u64, e: &DirEnt) -> u64 {
+        match e.name.as_bytes() {
+            b"." => dir_node,
+            b".." if dir_node == ROOT_ID => ROOT_ID,
+            _ => self.nodes.id_for(dev, e.ino),
+        }
+    }
+
+    // ---- writes to the tree ------------------------------------------------------------------
+
+    pub(super) fn parent_dentry(&self, parent: INodeNo) -> R<(Arc<Node>, DentryRef<'_>)> {
+        let node = self.node(parent)?;
+        let d = self.dentry(&node)?;
+        Ok((node, d))
+    }
+
+    /// Creates `name` in `parent` with `op` and answers with its entry (one kernel lookup).
+    pub(super) fn make(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        op: impl FnOnce(BorrowedFd<'_>, &OsStr) -> rustix::io::Result<()>,
+    ) -> R<FileAttr> {
+        let (pnode, pd) = self.parent_dentry(parent)?;
+        let (d, mut st, ()) = self
+            .nodes
+            .dcache()
+            .make_at(&pd, name, op)
+            .map_err(|e| errno::of_dcache(&e))?;
+        if self.as_root && (req.uid() != self.euid || req.gid() != self.egid) {
+            // Through an O_PATH descriptor of what was made (never following a link).
+            let fd = self.nodes.dcache().with_name(&d, |dir, name| {
+                rustix::fs::openat(
+                    dir,
+                    name,
+                    OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                    Mode::empty(),
+                )
+            });
+            if let Ok(Ok(fd)) = fd {
+                self.chown_new(req, &pnode, fd.as_fd(), &mut st);
+            }
+        }
+        let node = self.nodes.remember(d);
+        Ok(attr_of(node.id, &st))
+    }
+
+    // ---- attributes ------------------------------------------------------------------------
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn set_attr(
+        &self,
+        node: &Node,
+        fh: Option<FileHandle>,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+    ) -> R<rustix::fs::Statx> {
+        let file = match fh {
+            Some(fh) => Some(self.handle(fh)?.file.clone()),
+            None => self.files.get(&node.ident),
+        };
+        if let Some(size) = size {
+            self.check_size(size)?;
+            match &file {
+                Some(f) => {
+                    f.main.set_len(size).map_err(|e| errno::of_filemap(&e))?;
+                    f.touch();
+                }
+                None => {
+                    let d = self.dentry(node)?;
+                    let fd = self.open_name(&d, OFlags::WRONLY)?.map_err(errno::of_sys)?;
+                    Self::check_same(node, &fd)?;
+                    rustix::fs::ftruncate(&fd, size).map_err(errno::of_sys)?;
+                }
+            }
+        }
+        // Owner, mode and times: on the open backing file if there is one (it works after the
+        // last name is gone), else on an O_PATH descriptor of the node's file.
+        let opath;
+        let fd: BorrowedFd<'_> = match &file {
+            Some(f) => f.backing.fd(),
+            None => {
+                if mode.is_none()
+                    && uid.is_none()
+                    && gid.is_none()
+                    && atime.is_none()
+                    && mtime.is_none()
+                {
+                    return self.stat_node(node);
+                }
+                opath = self.opath(node)?;
+                opath.as_fd()
+            }
+        };
+        if uid.is_some() || gid.is_some() {
+            rustix::fs::chownat(
+                fd,
+                "",
+                uid.map(rustix::fs::Uid::from_raw),
+                gid.map(rustix::fs::Gid::from_raw),
+                AtFlags::EMPTY_PATH,
+            )
+            .map_err(errno::of_sys)?;
+        }
+        if let Some(mode) = mode {
+            if node.ident.kind == FileKind::Symlink {
+                return Err(Errno::EOPNOTSUPP);
+            }
+            // Not a symbolic link (checked when the descriptor was opened): the /proc link
+            // reaches that very file.
+            rustix::fs::chmodat(
+                CWD,
+                proc_path(fd),
+                Mode::from_raw_mode(mode & 0o7777),
+                AtFlags::empty(),
+            )
+            .map_err(errno::of_sys)?;
+        }
+        if atime.is_some() || mtime.is_some() {
+            if let Some(f) = &file {
+                // Data still cached would get a new modification time when written back:
+                // write it back first, so the times set now stay.
+                f.main.flush().map_err(|e| errno::of_filemap(&e))?;
+                f.untouch();
+            }
+            let ts = |t: Option<TimeOrNow>| match t {
+                None => Timespec {
+                    tv_sec: 0,
+                    tv_nsec: libc::UTIME_OMIT,
+                },
+                Some(TimeOrNow::Now) => Timespec {
+                    tv_sec: 0,
+                    tv_nsec: libc::UTIME_NOW,
+                },
+                Some(TimeOrNow::SpecificTime(t)) => {
+                    let (sec, nsec) = match t.duration_since(UNIX_EPOCH) {
+                        Ok(d) => (d.as_secs() as i64, i64::from(d.subsec_nanos())),
+                        Err(e) => {
+                            let d = e.duration();
+                            let mut sec = -(d.as_secs() as i64);
+                            let mut nsec = -i64::from(d.subsec_nanos());
+                            if nsec < 0 {
+                                sec -= 1;
+                                nsec += 1_000_000_000;
+                            }
+                            (sec, nsec)
+                        }
+                    };
+                    Timespec {
+                        tv_sec: sec,
+                        tv_nsec: nsec,
+                    }
+                }
+            };
+            let times = Timestamps {
+                last_access: ts(atime),
+                last_modification: ts(mtime),
+            };
+            if node.ident.kind == FileKind::Symlink {
+                let d = self.dentry(node)?;
+                self.nodes
+                    .dcache()
+                    .with_name(&d, |dir, name| {
+                        rustix::fs::utimensat(dir, name, &times, AtFlags::SYMLINK_NOFOLLOW)
+                    })
+                    .map_err(|e| errno::of_dcache(&e))?
+                    .map_err(errno::of_sys)?;
+            } else {
+                rustix::fs::utimensat(CWD, proc_path(fd), &times, AtFlags::empty())
+                    .map_err(errno::of_sys)?;
+            }
+        }
+        if let Some(f) = &file {
+            f.backing.restamp();
+        }
+        self.stat_node(node)
+    }
+
+    // ---- extended attributes -----------------------------------------------------------------
+
+    /// Notes a change of `ident`'s metadata made through the mount (link count, ctime), so
+    /// that the next open does not take it for a change behind the mount.
+    pub(super) fn restamp(&self, ident: &Identity) {
+        if let Some(f) = self.files.get(ident) {
+            f.backing.restamp();
+        }
+    }
+
+    /// Runs an xattr call on the node's file through `/proc/self/fd/N` of an `O_PATH`
+    /// descriptor (symbolic links hold no user attributes: `EPERM`/`ENODATA` as Linux says).
+    pub(super) fn xattr_path(&self, node: &Node) -> R<(OwnedFd, PathBuf)> {
+        if node.ident.kind == FileKind::Symlink {
+            return Err(Errno::EPERM);
+        }
+        let fd = self.opath(node)?;
+        let p = proc_path(fd.as_fd());
+        Ok((fd, p))
+    }
+}
