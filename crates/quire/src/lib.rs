@@ -27,3 +27,8 @@ pub mod store;
 pub mod sync;
 pub mod vmscan;
 pub mod xarray;
+
+pub use filemap::{
+    CacheConfig, CacheStats, CachedFile, FileCursor, FileReader, FilemapError, PageCache,
+};
+pub use store::{FaultyStore, FileStore, IoMode, MemStore, OpenOptions, Store, StoreError};

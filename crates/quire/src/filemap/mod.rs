@@ -71,6 +71,7 @@ pub(crate) mod immap;
 pub(crate) mod mapping;
 pub mod readahead;
 mod reader;
+mod std_io;
 mod workers;
 mod writeback;
 
@@ -93,6 +94,7 @@ pub use errseq::{ErrSeq, ErrSeqSince};
 use mapping::Mapping;
 pub use readahead::{RaState, RaWindow, Readahead};
 pub use reader::{FileReader, REPIN_EVERY};
+pub use std_io::FileCursor;
 
 /// The index mark of dirty folios.
 pub const DIRTY_MARK: Mark = Mark::M0;
@@ -737,12 +739,55 @@ impl CachedFile {
         self.mapping.i_mmap.len()
     }
 
-    /// Writes all of `data` at `offset`, extending the file if it ends past the end; returns
-    /// `data.len()`. Pages the write covers only in part are read first if not cached. The data
-    /// is dirty in the cache until written back; the writer may wait if dirty memory is above
-    /// the limit.
+    /// Writes `data` at `offset`, extending the file if it ends past the end, and returns how
+    /// many bytes it wrote, like `pwrite`: all of them, or — when an error stops the write
+    /// after a prefix of whole pieces was written — that prefix's length (the error comes
+    /// from the next call, as it would from `pwrite`). It fails only when nothing was written.
+    /// [`CachedFile::write_all_at`] completes the write or fails.
+    ///
+    /// Pages the write covers only in part are read first if not cached (a failed read stops
+    /// the write there). The data is dirty in the cache until written back; the writer may
+    /// wait if dirty memory is above the limit ([`CacheConfig::dirty_limit`]), and is refused
+    /// with [`FilemapError::DirtyLimit`] if it stays there while this file's write-back fails.
+    #[doc(alias = "pwrite")]
     pub fn write_at(&self, offset: u64, data: &[u8]) -> Result<usize> {
         self.mapping.write_at(offset, data)
+    }
+
+    /// Writes all of `data` at `offset` or fails: [`CachedFile::write_at`] until everything is
+    /// written. On an error, a prefix of `data` may have been written.
+    ///
+    /// ```
+    /// use quire::{CacheConfig, MemStore, PageCache};
+    ///
+    /// # fn main() -> Result<(), quire::FilemapError> {
+    /// let cache = PageCache::new(CacheConfig::new(4 << 20))?;
+    /// let file = cache.open(MemStore::new())?;
+    /// file.write_all_at(8192, b"past the end")?;
+    /// assert_eq!(file.len(), 8192 + 12);
+    /// let mut buf = [0xffu8; 4];
+    /// file.read_exact_at(8188, &mut buf)?;
+    /// assert_eq!(&buf, &[0, 0, 0, 0], "a gap reads as zeros");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn write_all_at(&self, mut offset: u64, mut data: &[u8]) -> Result<()> {
+        while !data.is_empty() {
+            let n = self.write_at(offset, data)?;
+            if n == 0 {
+                // `write_at` fails rather than write nothing; never loop on it.
+                return Err(FilemapError::Store(StoreError::WriteZero { offset }));
+            }
+            offset += n as u64;
+            data = &data[n..];
+        }
+        Ok(())
+    }
+
+    /// A [`FileCursor`] at the start of the file: `std::io::{Read, Write, Seek}` on this
+    /// handle.
+    pub fn cursor(&self) -> FileCursor<&CachedFile> {
+        FileCursor::new(self)
     }
 
     /// Sets the file's length: cutting drops every folio wholly past the end (dirty data there
