@@ -29,6 +29,7 @@ pub mod vmscan;
 pub mod xarray;
 
 pub use filemap::{
-    CacheConfig, CacheStats, CachedFile, FileCursor, FileReader, FilemapError, PageCache,
+    CacheConfig, CacheStats, CachedFile, FileCursor, FileReader, FilemapError, OwnedFolio,
+    PageCache,
 };
 pub use store::{FaultyStore, FileStore, IoMode, MemStore, OpenOptions, Store, StoreError};

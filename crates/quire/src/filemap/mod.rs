@@ -69,6 +69,7 @@
 pub mod errseq;
 pub(crate) mod immap;
 pub(crate) mod mapping;
+mod owned;
 pub mod readahead;
 mod reader;
 mod std_io;
@@ -92,6 +93,7 @@ use crate::xarray::{AddWalks, ListedNode, Mark, XArray, XaPointer};
 
 pub use errseq::{ErrSeq, ErrSeqSince};
 use mapping::Mapping;
+pub use owned::OwnedFolio;
 pub use readahead::{RaState, RaWindow, Readahead};
 pub use reader::{FileReader, REPIN_EVERY};
 pub use std_io::FileCursor;
@@ -720,6 +722,30 @@ impl CachedFile {
     /// Fails past the end of the file with an `UnexpectedEof` store error.
     pub fn read_folio(&self, index: u64) -> Result<FolioRef<'_>> {
         self.mapping.read_folio(&self.ra, index)
+    }
+
+    /// [`CachedFile::read_folio`] as an [`OwnedFolio`]: a reference that borrows neither this
+    /// handle nor the cache (`'static`), for a zero-copy buffer that must outlive them or move
+    /// across threads — with the `bytes` feature, `OwnedFolio::into_bytes`. Its bytes are
+    /// stable while it lives, like [`CachedFile::read_folio`]'s; it keeps the cache's memory
+    /// alive until dropped.
+    ///
+    /// ```
+    /// use quire::{CacheConfig, MemStore, PageCache};
+    ///
+    /// # fn main() -> Result<(), quire::FilemapError> {
+    /// let cache = PageCache::new(CacheConfig::new(4 << 20))?;
+    /// let file = cache.open(MemStore::from_vec(vec![7u8; 4096]))?;
+    /// let before = file.read_folio_owned(0)?;
+    /// file.write_all_at(0, b"new")?;
+    /// assert_eq!(&before[..3], &[7, 7, 7], "a snapshot: writes go to a copy");
+    /// assert_eq!(&file.read_folio_owned(0)?[..3], b"new");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn read_folio_owned(&self, index: u64) -> Result<OwnedFolio> {
+        let f = self.mapping.read_folio(&self.ra, index)?;
+        Ok(OwnedFolio::new(f, self.mapping.cache.clone()))
     }
 
     /// [`CachedFile::read_folio`] for a fault of a space, which does not borrow the bytes: a

@@ -1,20 +1,7 @@
 //! `std::io` for cached files: [`FilemapError`] as an [`io::Error`], the positional
-//! [`FileExt`] trait of `std::fs::File` for [`CachedFile`], and [`FileCursor`], a position in a
-//! cached file with [`Read`], [`Write`] and [`Seek`], for code written against those traits
-//! (`BufReader`, `io::copy`, parsers, serialisers).
-//!
-//! # Inherent methods and [`FileExt`]
-//!
-//! [`CachedFile`] has its own `read_at(offset, buf)`, `read_exact_at(offset, buf)`,
-//! `write_at(offset, data)` and `write_all_at(offset, data)`, returning [`FilemapError`]: the
-//! typed error, with the offset first as in the rest of quire. [`FileExt`] has the same names
-//! with the buffer first and [`io::Error`]. Method-call syntax picks the inherent method, so
-//! `file.read_at(0, &mut buf)` is quire's; code generic over `FileExt`, or a call written
-//! `FileExt::read_at(&file, &mut buf, 0)`, gets the trait's. Passing the arguments in the other
-//! method's order does not compile (an offset is not a buffer), so the two cannot be mixed up
-//! silently. Both behave alike: reads are short only at the end of the file, writes are short
-//! only when an error stopped them after a prefix was written (the error then comes from the
-//! next call), and `read_exact_at`/`write_all_at` complete or fail.
+//! [`FileExt`] trait of `std::fs::File` for [`CachedFile`] (its documentation says how the
+//! trait's methods and the inherent ones coexist), and [`FileCursor`], a position in a cached
+//! file with [`Read`], [`Write`] and [`Seek`].
 
 use std::borrow::Borrow;
 use std::io::{self, Read, Seek, SeekFrom, Write};
@@ -39,8 +26,21 @@ impl From<FilemapError> for io::Error {
     }
 }
 
-/// `std::os::unix::fs::FileExt` over the inherent methods (see the [module documentation]
-/// (self) for how the two sets of names coexist).
+/// `std::os::unix::fs::FileExt` over the inherent methods, for code written against that
+/// trait.
+///
+/// # Inherent methods and `FileExt`
+///
+/// [`CachedFile`] has its own `read_at(offset, buf)`, `read_exact_at(offset, buf)`,
+/// `write_at(offset, data)` and `write_all_at(offset, data)`, returning [`FilemapError`]: the
+/// typed error, with the offset first as in the rest of quire. [`FileExt`] has the same names
+/// with the buffer first and [`io::Error`]. Method-call syntax picks the inherent method, so
+/// `file.read_at(0, &mut buf)` is quire's; code generic over `FileExt`, or a call written
+/// `FileExt::read_at(&file, &mut buf, 0)`, gets the trait's. Passing the arguments in the other
+/// method's order does not compile (an offset is not a buffer), so the two cannot be mixed up
+/// silently. Both behave alike: reads are short only at the end of the file, writes are short
+/// only when an error stopped them after a prefix was written (the error then comes from the
+/// next call), and `read_exact_at`/`write_all_at` complete or fail.
 ///
 /// ```
 /// use std::os::unix::fs::FileExt;
