@@ -328,6 +328,53 @@ impl CacheStats {
     }
 }
 
+impl std::fmt::Display for CacheStats {
+    /// `/proc/vmstat` style: one `name value` line per figure — the fields by their names, the
+    /// LRU lists as `nr_inactive_anon` ... `nr_unevictable` (frames, as the kernel's `nr_*`
+    /// counts pages), the watermarks as `watermark_min`/`_low`/`_high`, then the cache's
+    /// counters ([`CacheStats::vmstat`]).
+    ///
+    /// ```
+    /// use quire::{CacheConfig, MemStore, PageCache};
+    ///
+    /// # fn main() -> Result<(), quire::FilemapError> {
+    /// let cache = PageCache::new(CacheConfig::new(4 << 20))?;
+    /// let file = cache.open(MemStore::from_vec(vec![1; 64 << 10]))?;
+    /// file.read_exact_at(0, &mut [0; 100])?;
+    /// let text = cache.stats().to_string();
+    /// assert!(text.lines().any(|l| l == "frames 1024"));
+    /// assert!(text.lines().any(|l| l.starts_with("nr_inactive_file ")));
+    /// # Ok(())
+    /// # }
+    /// ```
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let lines: [(&str, u64); 15] = [
+            ("frames", self.frames as u64),
+            ("free_frames", self.free_frames as u64),
+            ("cached_frames", self.cached_frames as u64),
+            ("dirty_frames", self.dirty_frames as u64),
+            ("writeback_frames", self.writeback_frames as u64),
+            ("files", self.files as u64),
+            ("index_nodes", self.index_nodes as u64),
+            ("index_heap_bytes", self.index_heap_bytes as u64),
+            ("shadow_nodes", self.shadow_nodes as u64),
+            ("max_shadow_nodes", self.max_shadow_nodes as u64),
+            ("nonresident_age", self.nonresident_age),
+            ("watermark_min", self.watermarks.min as u64),
+            ("watermark_low", self.watermarks.low as u64),
+            ("watermark_high", self.watermarks.high as u64),
+            ("watermark_max_gap", self.watermarks.max_gap as u64),
+        ];
+        for (name, value) in lines {
+            writeln!(f, "{name} {value}")?;
+        }
+        for lru in Lru::ALL {
+            writeln!(f, "nr_{} {}", lru.name(), self.lru(lru))?;
+        }
+        write!(f, "{}", self.vmstat)
+    }
+}
+
 /// The shared state of a cache; mappings hold it alive.
 pub(crate) struct Cache {
     pool: FramePool,
