@@ -25,6 +25,7 @@ pub mod mm;
 pub mod stats;
 pub mod store;
 pub mod sync;
+mod trace;
 pub mod vmscan;
 pub mod xarray;
 

@@ -1037,6 +1037,7 @@ impl Mapping {
 
     /// Records a write-back failure for every handle's next `fsync`.
     pub(crate) fn record_error(&self, e: &StoreError) {
+        crate::trace::slow_path!(warn, "write-back error recorded", file = self.id, error = e);
         self.errseq.set(errno_of(e));
     }
 }
