@@ -112,9 +112,11 @@ events! {
     DcacheSlowWalks => dcache_slow_walks,
     /// A name was resolved by asking the file system (a dcache miss).
     DcacheMisses => dcache_misses,
-    /// A folio was found in the page cache.
+    /// A lookup found an up-to-date folio in the page cache. The lookup that follows a
+    /// miss's read counts here too, so the misses of a workload are `page_cache_misses` and its
+    /// hits are its page lookups less those.
     PageCacheHits => page_cache_hits,
-    /// A folio had to be read from the store.
+    /// A lookup found no folio: it had to be read from the store.
     PageCacheMisses => page_cache_misses,
     /// A folio was read ahead of use.
     Readahead => readahead,

@@ -111,7 +111,21 @@ pub const PAGE_SIZE: u64 = 1 << FRAME_SHIFT;
 /// goes past the store's limit with a page the cache accepted.
 pub const MAX_FILE_SIZE: u64 = crate::store::MAX_OFFSET & !(PAGE_SIZE - 1);
 
-/// How a [`PageCache`] is set up. Sizes are in bytes.
+/// How a [`PageCache`] is set up. Sizes are in bytes. Start from [`CacheConfig::new`] and set
+/// the fields to change:
+///
+/// ```
+/// use std::time::Duration;
+/// use quire::CacheConfig;
+///
+/// let mut config = CacheConfig::new(64 << 20); // a 64 MiB budget
+/// config.readahead_max = 512 << 10;
+/// config.dirty_expire = Duration::from_secs(1);
+/// ```
+///
+/// The switches that bring back each mechanism's "before" (DESIGN.md rule 7) are fields too,
+/// left out of this documentation: they exist for `quire bench`, and the defaults are the
+/// mechanisms this crate is about.
 #[derive(Clone, Debug)]
 pub struct CacheConfig {
     /// The memory budget: the frame pool's size (a multiple of 4 KiB).
@@ -131,20 +145,25 @@ pub struct CacheConfig {
     /// Threads that read ahead asynchronously. Default 2 (0: readahead is synchronous).
     pub io_threads: usize,
     /// The folio lock's wait policy (the default is the exact one; others are for benchmarks).
+    #[doc(hidden)] // a "before" policy for `quire bench`
     pub wait_policy: WaitPolicy,
     /// The index insert's walk policy (single walk by default; multi for benchmarks).
+    #[doc(hidden)] // a "before" policy for `quire bench`
     pub add_walks: AddWalks,
     /// How long an allocation may wait for reclaim to free memory before reporting
     /// [`FilemapError::NoMemory`] (every frame pinned by references or locks). Default 5 s.
     pub alloc_timeout: Duration,
     /// Which reclaim runs: LRU lists with background reclaim (the default), or the clock it
     /// replaced (for benchmarks).
+    #[doc(hidden)] // a "before" policy for `quire bench`
     pub reclaim: ReclaimPolicy,
     /// Whether refaults may activate folios as part of the working set (default on; off counts
     /// refaults only, for benchmarks).
+    #[doc(hidden)] // a "before" policy for `quire bench`
     pub workingset: bool,
     /// Whether the shadow shrinker keeps the index nodes holding only shadow entries below
     /// one per 16 frames of the budget (default on; off lets them grow, for benchmarks).
+    #[doc(hidden)] // a "before" policy for `quire bench`
     pub shadow_shrinker: bool,
 }
 
