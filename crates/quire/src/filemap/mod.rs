@@ -725,7 +725,31 @@ fn short_read(offset: u64) -> FilemapError {
 }
 
 /// One open handle on a cached file: the mapping, plus this handle's readahead state and its
-/// position in the file's write-back error sequence.
+/// position in the file's write-back error sequence. Made by [`PageCache::open`].
+///
+/// Reads and writes are positional, like `pread` and `pwrite` (there is no file position;
+/// many threads may use one handle at once). Besides its own methods, which return the typed
+/// [`FilemapError`], a `CachedFile` implements `std::os::unix::fs::FileExt` (see that impl for
+/// how the two sets of names coexist), and [`CachedFile::cursor`] gives a [`FileCursor`] with
+/// `Read`, `Write` and `Seek`.
+///
+/// ```
+/// use std::io::{Read, Write};
+/// use quire::{CacheConfig, MemStore, PageCache};
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let cache = PageCache::new(CacheConfig::new(8 << 20))?;
+/// let file = cache.open(MemStore::new())?;
+/// file.write_all_at(0, b"positional")?;
+/// let mut text = String::new();
+/// file.cursor().read_to_string(&mut text)?;
+/// assert_eq!(text, "positional");
+/// write!(file.cursor(), "cursor")?; // a cursor starts at 0
+/// assert_eq!(file.len(), 10);
+/// file.close()?; // fsync, reporting its error (dropping a handle cannot)
+/// # Ok(())
+/// # }
+/// ```
 pub struct CachedFile {
     mapping: Arc<Mapping>,
     ra: Readahead,
