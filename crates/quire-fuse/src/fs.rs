@@ -1773,7 +1773,7 @@ impl Filesystem for QuireFs {
                         self,
                         reply,
                         f.main
-                            .write_at(at, &zeros[..n])
+                            .write_all_at(at, &zeros[..n])
                             .map_err(|e| errno::of_filemap(&e))
                     );
                     at += n as u64;
