@@ -7,7 +7,21 @@
 //! slot passes to a later thread when it exits, so the sums never lose counts.
 //!
 //! The counters are global, like the kernel's: a benchmark takes a [`Snapshot`] before and after
-//! a run and looks at the difference.
+//! a run and looks at the difference. A page cache also keeps its own copy of the events it
+//! counts off the hot paths ([`CacheStats::vmstat`](crate::filemap::CacheStats::vmstat)).
+//!
+//! A snapshot reads as a struct with one named field per counter ([`Snapshot::vmstat`] gives a
+//! [`VmStat`]), as `(name, value)` pairs in a stable order ([`Snapshot::iter`]), or, printed
+//! with `{}`, as `/proc/vmstat` text: one `name value` line per counter.
+//!
+//! ```
+//! use quire::stats::Snapshot;
+//!
+//! let snap = Snapshot::take();
+//! print!("{snap}"); // wait_table_lookups 12\nwakeups 3\n...
+//! let hits = snap.vmstat().page_cache_hits;
+//! assert_eq!(snap.iter().find(|(n, _)| *n == "page_cache_hits"), Some(("page_cache_hits", hits)));
+//! ```
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -16,7 +30,7 @@ use std::sync::Mutex;
 use crossbeam_utils::CachePadded;
 
 macro_rules! events {
-    ($($(#[$doc:meta])* $name:ident => $text:literal,)*) => {
+    ($($(#[$doc:meta])* $name:ident => $field:ident,)*) => {
         /// A countable event. The discriminant indexes the counter array.
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
         #[repr(usize)]
@@ -31,7 +45,42 @@ macro_rules! events {
             /// The event's name as reported (snake case, like /proc/vmstat).
             pub const fn name(self) -> &'static str {
                 match self {
-                    $(Event::$name => $text,)*
+                    $(Event::$name => stringify!($field),)*
+                }
+            }
+        }
+
+        /// Every counter as a named field: a [`Snapshot`] read as a struct (field names are
+        /// the events' [names](Event::name), as `/proc/vmstat` prints them). Printed with
+        /// `{}`, it gives one `name value` line per counter, in [`Event::ALL`]'s order.
+        ///
+        /// ```
+        /// use quire::stats::{Snapshot, VmStat};
+        ///
+        /// let before = Snapshot::take();
+        /// // ... work ...
+        /// let d: VmStat = Snapshot::take().since(&before).vmstat();
+        /// println!("hits {} misses {}", d.page_cache_hits, d.page_cache_misses);
+        /// assert!(d.to_string().lines().any(|l| l.starts_with("page_cache_hits ")));
+        /// ```
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+        pub struct VmStat {
+            $($(#[$doc])* pub $field: u64,)*
+        }
+
+        impl VmStat {
+            /// The counter of `event`.
+            pub fn get(&self, event: Event) -> u64 {
+                match event {
+                    $(Event::$name => self.$field,)*
+                }
+            }
+        }
+
+        impl From<&Snapshot> for VmStat {
+            fn from(s: &Snapshot) -> VmStat {
+                VmStat {
+                    $($field: s.get(Event::$name),)*
                 }
             }
         }
@@ -40,86 +89,88 @@ macro_rules! events {
 
 events! {
     /// A lookup of the hashed wait table, to park or to wake (bitwait).
-    WaitTableLookups => "wait_table_lookups",
+    WaitTableLookups => wait_table_lookups,
     /// A thread was woken by a waker (bitwait).
-    Wakeups => "wakeups",
+    Wakeups => wakeups,
     /// A woken thread found its condition still false and went back to wait (bitwait).
-    SpuriousWakeups => "spurious_wakeups",
+    SpuriousWakeups => spurious_wakeups,
     /// A lock was handed to a waiter by the unlocker, after the waiter lost too many races.
-    LockHandoffs => "lock_handoffs",
+    LockHandoffs => lock_handoffs,
     /// A thread went to sleep on the wait table (bitwait).
-    Sleeps => "sleeps",
+    Sleeps => sleeps,
     /// A lockref operation gave up on its compare-and-swap loop and took the lock.
-    LockrefSlowPaths => "lockref_slow_paths",
+    LockrefSlowPaths => lockref_slow_paths,
     /// One walk of an XArray from its head towards an index.
-    XaWalks => "xa_walks",
+    XaWalks => xa_walks,
     /// An XArray node was allocated.
-    XaNodeAllocs => "xa_node_allocs",
+    XaNodeAllocs => xa_node_allocs,
     /// An XArray node was handed to the epoch to be freed.
-    XaNodeFrees => "xa_node_frees",
+    XaNodeFrees => xa_node_frees,
     /// A dentry lookup completed on the lock-free path.
-    DcacheFastWalks => "dcache_fast_walks",
+    DcacheFastWalks => dcache_fast_walks,
     /// A dentry lookup fell back to the reference-taking path.
-    DcacheSlowWalks => "dcache_slow_walks",
+    DcacheSlowWalks => dcache_slow_walks,
     /// A name was resolved by asking the file system (a dcache miss).
-    DcacheMisses => "dcache_misses",
-    /// A folio was found in the page cache.
-    PageCacheHits => "page_cache_hits",
-    /// A folio had to be read from the store.
-    PageCacheMisses => "page_cache_misses",
+    DcacheMisses => dcache_misses,
+    /// A lookup found an up-to-date folio in the page cache. The lookup that follows a
+    /// miss's read counts here too, so the misses of a workload are `page_cache_misses` and its
+    /// hits are its page lookups less those.
+    PageCacheHits => page_cache_hits,
+    /// A lookup found no folio: it had to be read from the store.
+    PageCacheMisses => page_cache_misses,
     /// A folio was read ahead of use.
-    Readahead => "readahead",
+    Readahead => readahead,
     /// A folio's hardware dirty bit was tested (on unmap, in reclaim's unmap, before
     /// write-back of a mapped folio).
-    DirtyTests => "dirty_tests",
+    DirtyTests => dirty_tests,
     /// A folio was written back to its store.
-    Writeback => "writeback",
+    Writeback => writeback,
     /// Pages evicted, leaving a shadow entry.
-    Evictions => "evictions",
+    Evictions => evictions,
     /// Pages read again after eviction (their shadow entry was found): the kernel's
     /// `workingset_refault_file`.
-    WorkingsetRefault => "workingset_refault",
+    WorkingsetRefault => workingset_refault,
     /// Refaulting pages judged part of the working set by their refault distance, and
     /// activated at once.
-    WorkingsetActivate => "workingset_activate",
+    WorkingsetActivate => workingset_activate,
     /// Refaulting pages that had been in the working set (active) before they were evicted.
-    WorkingsetRestore => "workingset_restore",
+    WorkingsetRestore => workingset_restore,
     /// Shadow nodes (index nodes holding only shadow entries) freed by the shadow shrinker.
-    WorkingsetNodereclaim => "workingset_nodereclaim",
+    WorkingsetNodereclaim => workingset_nodereclaim,
     /// Pages moved to an active list.
-    PgActivate => "pgactivate",
+    PgActivate => pgactivate,
     /// Pages moved from an active list to an inactive one.
-    PgDeactivate => "pgdeactivate",
+    PgDeactivate => pgdeactivate,
     /// Pages rotated to the inactive tail when their write-back ended, to be reclaimed next.
-    PgRotated => "pgrotated",
+    PgRotated => pgrotated,
     /// Pages looked at by reclaim on an inactive list.
-    PgScan => "pgscan",
+    PgScan => pgscan,
     /// Pages reclaimed.
-    PgSteal => "pgsteal",
+    PgSteal => pgsteal,
     /// Allocations that reclaimed memory themselves (below the min watermark): the kernel's
     /// `allocstall`.
-    DirectReclaims => "direct_reclaims",
+    DirectReclaims => direct_reclaims,
     /// Times the background reclaim thread was woken.
-    KswapdWakeups => "kswapd_wakeups",
+    KswapdWakeups => kswapd_wakeups,
     /// A per-thread batch of LRU operations (additions, activations, rotations) was drained
     /// under the LRU lock.
-    LruBatchDrains => "lru_batch_drains",
+    LruBatchDrains => lru_batch_drains,
     /// Folios allocated for the page cache.
-    FolioAllocs => "folio_allocs",
+    FolioAllocs => folio_allocs,
     /// A folio's hardware dirty bit said it had been written, and the folio was made dirty:
     /// the dirty state moved from the frame to the folio (`mm`).
-    DirtyTransfers => "dirty_transfers",
+    DirtyTransfers => dirty_transfers,
     /// A write to a page shared copy-on-write copied it (`do_wp_page`).
-    CowCopies => "cow_copies",
+    CowCopies => cow_copies,
     /// A write to a read-only mapped anonymous page found the writer its only mapper and made
     /// the page writable in place.
-    CowReuses => "cow_reuses",
+    CowReuses => cow_reuses,
     /// Pages written to swap (`pswpout`).
-    Swapouts => "pswpout",
+    Swapouts => pswpout,
     /// Pages read from swap (`pswpin`).
-    Swapins => "pswpin",
+    Swapins => pswpin,
     /// Anonymous pages faulted in: first touch, swap-in or a copy-on-write copy.
-    AnonFaults => "anon_faults",
+    AnonFaults => anon_faults,
 }
 
 const NR_EVENTS: usize = Event::ALL.len();
@@ -284,6 +335,42 @@ impl Snapshot {
     }
 }
 
+impl Snapshot {
+    /// Every counter as a named field.
+    pub fn vmstat(&self) -> VmStat {
+        VmStat::from(self)
+    }
+
+    /// Every counter as `(name, value)`, in [`Event::ALL`]'s order (a stable order: new
+    /// events are added at the end).
+    pub fn iter(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+        Event::ALL.iter().map(|e| (e.name(), self.get(*e)))
+    }
+}
+
+impl From<Snapshot> for VmStat {
+    fn from(s: Snapshot) -> VmStat {
+        VmStat::from(&s)
+    }
+}
+
+impl VmStat {
+    /// Every counter as `(name, value)`, in [`Event::ALL`]'s order.
+    pub fn iter(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+        Event::ALL.iter().map(|e| (e.name(), self.get(*e)))
+    }
+}
+
+impl fmt::Display for VmStat {
+    /// One `name value` line per counter, as /proc/vmstat prints them.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (name, value) in self.iter() {
+            writeln!(f, "{name} {value}")?;
+        }
+        Ok(())
+    }
+}
+
 impl fmt::Debug for Snapshot {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let mut m = f.debug_map();
@@ -297,8 +384,8 @@ impl fmt::Debug for Snapshot {
 impl fmt::Display for Snapshot {
     /// One `name value` line per counter, as /proc/vmstat prints them.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for e in Event::ALL {
-            writeln!(f, "{} {}", e.name(), self.get(*e))?;
+        for (name, value) in self.iter() {
+            writeln!(f, "{name} {value}")?;
         }
         Ok(())
     }
@@ -335,6 +422,28 @@ mod tests {
         assert_eq!(c.snapshot().get(Event::PgSteal), 4);
         assert_eq!(c.snapshot().get(Event::PgScan), 0);
         assert!(Snapshot::take().since(&before).get(Event::PgSteal) >= 4);
+    }
+
+    #[test]
+    fn vmstat_fields_iter_and_display_agree() {
+        let c = Counters::default();
+        c.add(Event::PageCacheHits, 7);
+        c.add(Event::Swapouts, 3);
+        let snap = c.snapshot();
+        let v = snap.vmstat();
+        assert_eq!((v.page_cache_hits, v.pswpout, v.pgsteal), (7, 3, 0));
+        let pairs: Vec<_> = snap.iter().collect();
+        assert_eq!(pairs.len(), Event::ALL.len());
+        assert_eq!(pairs, v.iter().collect::<Vec<_>>());
+        for e in Event::ALL {
+            assert_eq!(v.get(*e), snap.get(*e), "{}", e.name());
+        }
+        let text = v.to_string();
+        assert_eq!(text, snap.to_string());
+        assert_eq!(text.lines().count(), Event::ALL.len());
+        assert!(text.lines().any(|l| l == "page_cache_hits 7"));
+        assert!(text.lines().any(|l| l == "pswpout 3"));
+        assert_eq!(text.lines().next(), Some("wait_table_lookups 0"));
     }
 
     #[test]

@@ -313,6 +313,50 @@ fn a_zero_copy_reader_keeps_its_bytes_while_a_space_writes() {
 }
 
 #[test]
+fn an_owned_zero_copy_reader_keeps_its_bytes_while_a_space_writes() {
+    let (cache, anon) = setup(4 << 20, DirtyBitMode::Auto);
+    let data = pattern(2 * PAGE as usize, 9);
+    let (file, store) = file_with(&cache, data.clone());
+    let space = anon.new_space(2).unwrap();
+    space.map_file(&file, 0..2, 0, true).unwrap();
+    space.write(PAGE, b"before").unwrap();
+    let held = file.read_folio_owned(1).unwrap();
+    assert_eq!(
+        space.page_state(1).unwrap(),
+        PageState::Present { writable: false },
+        "the owned lookup write-protected the space's pte, as read_folio does"
+    );
+    let at = held.offset_of(1).unwrap();
+    let seen = held[at..at + PAGE as usize].to_vec();
+    assert_eq!(&seen[..6], b"before");
+    // The reference moves to another thread, which reads it while the space writes.
+    let reader = std::thread::spawn(move || {
+        let mut same = true;
+        for _ in 0..1000 {
+            same &= held[at..at + PAGE as usize] == seen[..];
+        }
+        (same, held)
+    });
+    for i in 0..100u8 {
+        space.write(PAGE, &[i; 6]).unwrap();
+    }
+    let (same, held) = reader.join().unwrap();
+    assert!(same, "the owned reader's bytes did not change");
+    assert_eq!(read_space(&space, PAGE, 6), [99; 6]);
+    drop(space);
+    file.fsync().unwrap();
+    assert_eq!(&store.synced_contents()[PAGE as usize..][..6], &[99; 6]);
+    drop(file);
+    assert_eq!(
+        &held[at..at + 6],
+        b"before",
+        "still there after the file closed"
+    );
+    drop(held);
+    common::check_no_leak(&cache, "owned zero-copy reader");
+}
+
+#[test]
 fn fork_shares_the_file_mapping() {
     let (cache, anon) = setup(4 << 20, DirtyBitMode::Auto);
     let (file, store) = file_with(&cache, vec![0; 4 * PAGE as usize]);

@@ -139,7 +139,7 @@ impl FsState {
                         @state self,
                         reply,
                         f.main
-                            .write_at(at, &zeros[..n])
+                            .write_all_at(at, &zeros[..n])
                             .map_err(|e| errno::of_filemap(&e))
                     );
                     at += n as u64;

@@ -136,7 +136,9 @@ const DIR_LOCKS: usize = 64;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DcacheConfig {
     /// The policy of every entry's reference count: [`RefPolicy::Cmpxchg`] (lockref, the
-    /// default) or [`RefPolicy::Spinlock`] (the count behind the entry's lock, as before lockref).
+    /// default) or [`RefPolicy::Spinlock`] (the count behind the entry's lock, as before lockref:
+    /// a "before" policy for `quire bench`).
+    #[doc(hidden)]
     pub ref_policy: RefPolicy,
     /// How many unused entries (negative ones included) are kept, at most about; past that the
     /// LRU evicts the coldest. Zero keeps none: every entry dies with its last reference.

@@ -1178,6 +1178,7 @@ impl Mapping {
     /// Records a write-back failure for every handle's next `fsync`.
     #[doc(alias = "mapping_set_error")]
     pub(crate) fn record_error(&self, e: &StoreError) {
+        crate::trace::slow_path!(warn, "write-back error recorded", file = self.id, error = e);
         self.errseq.set(errno_of(e));
     }
 }

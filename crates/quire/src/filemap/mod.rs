@@ -69,8 +69,10 @@
 pub mod errseq;
 pub(crate) mod immap;
 pub(crate) mod mapping;
+mod owned;
 pub mod readahead;
 mod reader;
+mod std_io;
 mod workers;
 mod writeback;
 
@@ -91,8 +93,10 @@ use crate::xarray::{AddWalks, ListedNode, Mark, XArray, XaPointer};
 
 pub use errseq::{ErrSeq, ErrSeqSince};
 use mapping::Mapping;
+pub use owned::OwnedFolio;
 pub use readahead::{RaState, RaWindow, Readahead};
 pub use reader::{FileReader, REPIN_EVERY, TRANSLATIONS};
+pub use std_io::FileCursor;
 
 /// The index mark of dirty folios.
 pub const DIRTY_MARK: Mark = Mark::M0;
@@ -107,7 +111,21 @@ pub const PAGE_SIZE: u64 = 1 << FRAME_SHIFT;
 /// goes past the store's limit with a page the cache accepted.
 pub const MAX_FILE_SIZE: u64 = crate::store::MAX_OFFSET & !(PAGE_SIZE - 1);
 
-/// How a [`PageCache`] is set up. Sizes are in bytes.
+/// How a [`PageCache`] is set up. Sizes are in bytes. Start from [`CacheConfig::new`] and set
+/// the fields to change:
+///
+/// ```
+/// use std::time::Duration;
+/// use quire::CacheConfig;
+///
+/// let mut config = CacheConfig::new(64 << 20); // a 64 MiB budget
+/// config.readahead_max = 512 << 10;
+/// config.dirty_expire = Duration::from_secs(1);
+/// ```
+///
+/// The switches that bring back each mechanism's "before" (DESIGN.md rule 7) are fields too,
+/// left out of this documentation: they exist for `quire bench`, and the defaults are the
+/// mechanisms this crate is about.
 #[derive(Clone, Debug)]
 pub struct CacheConfig {
     /// The memory budget: the frame pool's size (a multiple of 4 KiB).
@@ -127,20 +145,25 @@ pub struct CacheConfig {
     /// Threads that read ahead asynchronously. Default 2 (0: readahead is synchronous).
     pub io_threads: usize,
     /// The folio lock's wait policy (the default is the exact one; others are for benchmarks).
+    #[doc(hidden)] // a "before" policy for `quire bench`
     pub wait_policy: WaitPolicy,
     /// The index insert's walk policy (single walk by default; multi for benchmarks).
+    #[doc(hidden)] // a "before" policy for `quire bench`
     pub add_walks: AddWalks,
     /// How long an allocation may wait for reclaim to free memory before reporting
     /// [`FilemapError::NoMemory`] (every frame pinned by references or locks). Default 5 s.
     pub alloc_timeout: Duration,
     /// Which reclaim runs: LRU lists with background reclaim (the default), or the clock it
     /// replaced (for benchmarks).
+    #[doc(hidden)] // a "before" policy for `quire bench`
     pub reclaim: ReclaimPolicy,
     /// Whether refaults may activate folios as part of the working set (default on; off counts
     /// refaults only, for benchmarks).
+    #[doc(hidden)] // a "before" policy for `quire bench`
     pub workingset: bool,
     /// Whether the shadow shrinker keeps the index nodes holding only shadow entries below
     /// one per 16 frames of the budget (default on; off lets them grow, for benchmarks).
+    #[doc(hidden)] // a "before" policy for `quire bench`
     pub shadow_shrinker: bool,
 }
 
@@ -321,6 +344,53 @@ impl CacheStats {
     /// Frames on one LRU list.
     pub fn lru(&self, lru: Lru) -> usize {
         self.lru_frames[lru as usize]
+    }
+}
+
+impl std::fmt::Display for CacheStats {
+    /// `/proc/vmstat` style: one `name value` line per figure — the fields by their names, the
+    /// LRU lists as `nr_inactive_anon` ... `nr_unevictable` (frames, as the kernel's `nr_*`
+    /// counts pages), the watermarks as `watermark_min`/`_low`/`_high`, then the cache's
+    /// counters ([`CacheStats::vmstat`]).
+    ///
+    /// ```
+    /// use quire::{CacheConfig, MemStore, PageCache};
+    ///
+    /// # fn main() -> Result<(), quire::FilemapError> {
+    /// let cache = PageCache::new(CacheConfig::new(4 << 20))?;
+    /// let file = cache.open(MemStore::from_vec(vec![1; 64 << 10]))?;
+    /// file.read_exact_at(0, &mut [0; 100])?;
+    /// let text = cache.stats().to_string();
+    /// assert!(text.lines().any(|l| l == "frames 1024"));
+    /// assert!(text.lines().any(|l| l.starts_with("nr_inactive_file ")));
+    /// # Ok(())
+    /// # }
+    /// ```
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let lines: [(&str, u64); 15] = [
+            ("frames", self.frames as u64),
+            ("free_frames", self.free_frames as u64),
+            ("cached_frames", self.cached_frames as u64),
+            ("dirty_frames", self.dirty_frames as u64),
+            ("writeback_frames", self.writeback_frames as u64),
+            ("files", self.files as u64),
+            ("index_nodes", self.index_nodes as u64),
+            ("index_heap_bytes", self.index_heap_bytes as u64),
+            ("shadow_nodes", self.shadow_nodes as u64),
+            ("max_shadow_nodes", self.max_shadow_nodes as u64),
+            ("nonresident_age", self.nonresident_age),
+            ("watermark_min", self.watermarks.min as u64),
+            ("watermark_low", self.watermarks.low as u64),
+            ("watermark_high", self.watermarks.high as u64),
+            ("watermark_max_gap", self.watermarks.max_gap as u64),
+        ];
+        for (name, value) in lines {
+            writeln!(f, "{name} {value}")?;
+        }
+        for lru in Lru::ALL {
+            writeln!(f, "nr_{} {}", lru.name(), self.lru(lru))?;
+        }
+        write!(f, "{}", self.vmstat)
     }
 }
 
@@ -655,7 +725,31 @@ fn short_read(offset: u64) -> FilemapError {
 }
 
 /// One open handle on a cached file: the mapping, plus this handle's readahead state and its
-/// position in the file's write-back error sequence.
+/// position in the file's write-back error sequence. Made by [`PageCache::open`].
+///
+/// Reads and writes are positional, like `pread` and `pwrite` (there is no file position;
+/// many threads may use one handle at once). Besides its own methods, which return the typed
+/// [`FilemapError`], a `CachedFile` implements `std::os::unix::fs::FileExt` (see that impl for
+/// how the two sets of names coexist), and [`CachedFile::cursor`] gives a [`FileCursor`] with
+/// `Read`, `Write` and `Seek`.
+///
+/// ```
+/// use std::io::{Read, Write};
+/// use quire::{CacheConfig, MemStore, PageCache};
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let cache = PageCache::new(CacheConfig::new(8 << 20))?;
+/// let file = cache.open(MemStore::new())?;
+/// file.write_all_at(0, b"positional")?;
+/// let mut text = String::new();
+/// file.cursor().read_to_string(&mut text)?;
+/// assert_eq!(text, "positional");
+/// write!(file.cursor(), "cursor")?; // a cursor starts at 0
+/// assert_eq!(file.len(), 10);
+/// file.close()?; // fsync, reporting its error (dropping a handle cannot)
+/// # Ok(())
+/// # }
+/// ```
 pub struct CachedFile {
     mapping: Arc<Mapping>,
     ra: Readahead,
@@ -741,6 +835,30 @@ impl CachedFile {
         self.mapping.read_folio(&self.ra, index)
     }
 
+    /// [`CachedFile::read_folio`] as an [`OwnedFolio`]: a reference that borrows neither this
+    /// handle nor the cache (`'static`), for a zero-copy buffer that must outlive them or move
+    /// across threads — with the `bytes` feature, `OwnedFolio::into_bytes`. Its bytes are
+    /// stable while it lives, like [`CachedFile::read_folio`]'s; it keeps the cache's memory
+    /// alive until dropped.
+    ///
+    /// ```
+    /// use quire::{CacheConfig, MemStore, PageCache};
+    ///
+    /// # fn main() -> Result<(), quire::FilemapError> {
+    /// let cache = PageCache::new(CacheConfig::new(4 << 20))?;
+    /// let file = cache.open(MemStore::from_vec(vec![7u8; 4096]))?;
+    /// let before = file.read_folio_owned(0)?;
+    /// file.write_all_at(0, b"new")?;
+    /// assert_eq!(&before[..3], &[7, 7, 7], "a snapshot: writes go to a copy");
+    /// assert_eq!(&file.read_folio_owned(0)?[..3], b"new");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn read_folio_owned(&self, index: u64) -> Result<OwnedFolio> {
+        let f = self.mapping.read_folio(&self.ra, index)?;
+        Ok(OwnedFolio::new(f, self.mapping.cache.clone()))
+    }
+
     /// [`CachedFile::read_folio`] for a fault of a space, which does not borrow the bytes: a
     /// folio spaces map writable stays so.
     #[doc(alias = "filemap_fault")]
@@ -759,13 +877,56 @@ impl CachedFile {
         self.mapping.i_mmap.len()
     }
 
-    /// Writes all of `data` at `offset`, extending the file if it ends past the end; returns
-    /// `data.len()`. Pages the write covers only in part are read first if not cached. The data
-    /// is dirty in the cache until written back; the writer may wait if dirty memory is above
-    /// the limit.
+    /// Writes `data` at `offset`, extending the file if it ends past the end, and returns how
+    /// many bytes it wrote, like `pwrite`: all of them, or — when an error stops the write
+    /// after a prefix of whole pieces was written — that prefix's length (the error comes
+    /// from the next call, as it would from `pwrite`). It fails only when nothing was written.
+    /// [`CachedFile::write_all_at`] completes the write or fails.
+    ///
+    /// Pages the write covers only in part are read first if not cached (a failed read stops
+    /// the write there). The data is dirty in the cache until written back; the writer may
+    /// wait if dirty memory is above the limit ([`CacheConfig::dirty_limit`]), and is refused
+    /// with [`FilemapError::DirtyLimit`] if it stays there while this file's write-back fails.
     #[doc(alias = "generic_perform_write")]
+    #[doc(alias = "pwrite")]
     pub fn write_at(&self, offset: u64, data: &[u8]) -> Result<usize> {
         self.mapping.write_at(offset, data)
+    }
+
+    /// Writes all of `data` at `offset` or fails: [`CachedFile::write_at`] until everything is
+    /// written. On an error, a prefix of `data` may have been written.
+    ///
+    /// ```
+    /// use quire::{CacheConfig, MemStore, PageCache};
+    ///
+    /// # fn main() -> Result<(), quire::FilemapError> {
+    /// let cache = PageCache::new(CacheConfig::new(4 << 20))?;
+    /// let file = cache.open(MemStore::new())?;
+    /// file.write_all_at(8192, b"past the end")?;
+    /// assert_eq!(file.len(), 8192 + 12);
+    /// let mut buf = [0xffu8; 4];
+    /// file.read_exact_at(8188, &mut buf)?;
+    /// assert_eq!(&buf, &[0, 0, 0, 0], "a gap reads as zeros");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn write_all_at(&self, mut offset: u64, mut data: &[u8]) -> Result<()> {
+        while !data.is_empty() {
+            let n = self.write_at(offset, data)?;
+            if n == 0 {
+                // `write_at` fails rather than write nothing; never loop on it.
+                return Err(FilemapError::Store(StoreError::WriteZero { offset }));
+            }
+            offset += n as u64;
+            data = &data[n..];
+        }
+        Ok(())
+    }
+
+    /// A [`FileCursor`] at the start of the file: `std::io::{Read, Write, Seek}` on this
+    /// handle.
+    pub fn cursor(&self) -> FileCursor<&CachedFile> {
+        FileCursor::new(self)
     }
 
     /// Sets the file's length: cutting drops every folio wholly past the end (dirty data there

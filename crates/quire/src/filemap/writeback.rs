@@ -18,6 +18,7 @@ use super::mapping::Mapping;
 use super::{Cache, FilemapError, Result, DIRTY_MARK, WRITEBACK_MARK};
 use crate::mem::folio::{Folio, FolioGuard, FolioRef, FRAME_SHIFT};
 use crate::stats::{count, Event};
+use crate::trace::slow_path;
 use crate::xarray::Entry;
 
 impl Mapping {
@@ -226,9 +227,22 @@ impl Mapping {
         if held() < limit {
             return Ok(());
         }
+        slow_path!(
+            debug,
+            "dirty throttling: waiting for write-back",
+            file = self.id,
+            held_frames = held(),
+            limit_frames = limit
+        );
         cache.workers.throttle(|| held() < limit);
         let errno = self.wb_failing.load(Ordering::Relaxed);
         if errno != 0 && held() >= limit {
+            slow_path!(
+                warn,
+                "write refused at the dirty limit: the file's write-back fails",
+                file = self.id,
+                errno = errno
+            );
             return Err(FilemapError::DirtyLimit { errno });
         }
         Ok(())

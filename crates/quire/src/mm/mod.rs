@@ -112,7 +112,9 @@ pub struct AnonConfig {
     /// The swap device's store, and how many page slots of it to use. `None`: no swap, so
     /// anonymous memory is never reclaimed.
     pub swap: Option<(Box<dyn Store>, u64)>,
-    /// Which folios' dirty bits are tested on their last unmap.
+    /// Which folios' dirty bits are tested on their last unmap (a "before" policy for
+    /// `quire bench`: the default is the mechanism).
+    #[doc(hidden)]
     pub dirty_test: DirtyTest,
     /// The dirty bit asked for: the hardware one where the kernel grants it (the default), or
     /// the software one.

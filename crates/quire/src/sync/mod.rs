@@ -4,11 +4,13 @@
 //!   write-back), with a waiters bit so that an uncontended unlock never touches the wait table.
 //! - [`lockref`]: a spinlock and a reference count in one 64-bit word.
 //! - [`rcu`]: the read side of the lock-free lookups (an epoch guard).
-//! - [`loom`]: the atomics every protocol is written against; `std`'s normally, loom's under
-//!   `--cfg loom` so that the protocols can be model-checked.
+//! - `loom` (an internal facade, hidden from this documentation): the atomics every protocol
+//!   is written against; `std`'s normally, loom's under `--cfg loom` so that the protocols can
+//!   be model-checked.
 
 pub mod bitwait;
 pub mod lockref;
+#[doc(hidden)]
 pub mod loom;
 pub(crate) mod parking;
 pub mod rcu;

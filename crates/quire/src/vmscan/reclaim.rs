@@ -50,6 +50,7 @@ use super::{isqrt, AnonFate, Lru, MappedFate, Owners, ReclaimPolicy, Vmscan};
 use crate::mem::folio::{Folio, FolioRef, FRAME_SHIFT};
 use crate::mem::pool::FramePool;
 use crate::stats::Event;
+use crate::trace::slow_path;
 
 /// Frames a round looks at, at most, per step (the kernel's `SWAP_CLUSTER_MAX`).
 pub(crate) const SWAP_CLUSTER_MAX: usize = 32;
@@ -526,6 +527,12 @@ impl Vmscan {
             }
         }
         let mut idle_rounds = 0u32;
+        slow_path!(
+            debug,
+            "direct reclaim",
+            order = order,
+            free_frames = pool.free_frames()
+        );
         loop {
             self.counters.count(Event::DirectReclaims);
             let want = (2usize << order).max(SWAP_CLUSTER_MAX);
@@ -540,6 +547,12 @@ impl Vmscan {
                 return Ok(None);
             }
             if start.elapsed() > self.alloc_timeout {
+                slow_path!(
+                    warn,
+                    "allocation failed: no reclaimable memory",
+                    order = order,
+                    waited_ms = start.elapsed().as_millis()
+                );
                 return Err(NoMemory);
             }
             if freed == 0 {
