@@ -11,8 +11,8 @@ use super::readahead::{folio_orders, RaWindow, Readahead};
 use super::{check_range, errno_of, Cache, FilemapError, FolioPtr, Result, DIRTY_MARK, PAGE_SIZE};
 use crate::filemap::errseq::ErrSeq;
 use crate::mem::folio::{
-    Folio, FolioGuard, FolioRef, FrozenFolio, ACTIVE, DIRTY, FRAME_SHIFT, ORDER_MASK, ORDER_SHIFT,
-    READAHEAD, REFERENCED, UPTODATE, WORKINGSET, WRITEBACK,
+    Folio, FolioGuard, FolioRef, FrozenFolio, ACTIVE, DIRTY, FRAME_SHIFT, READAHEAD, REFERENCED,
+    UPTODATE, WORKINGSET, WRITEBACK,
 };
 use crate::mem::pool::FramePool;
 use crate::stats::{count, Event};
@@ -20,6 +20,10 @@ use crate::store::{Op, Store, StoreError};
 use crate::sync::bitwait::WaitPolicy;
 use crate::sync::rcu;
 use crate::xarray::{Entry, XArray, XaError};
+
+mod hit;
+mod truncate;
+pub(crate) use hit::Translation;
 
 pub(crate) struct Mapping {
     pub(crate) id: usize,
@@ -68,16 +72,6 @@ pub(crate) struct Mapping {
 /// How many times [`Mapping::invalidate`] tries a folio that someone else holds a reference
 /// to before leaving it cached (16 yields, then 100 µs sleeps: about 5 ms in all).
 const INVALIDATE_TRIES: usize = 64;
-
-/// What one attempt to drop a folio from the page cache did.
-enum Invalidated {
-    /// Removed; it held this many frames.
-    Freed(usize),
-    /// Not removable: gone, dirty, under write-back or no longer this mapping's.
-    Kept,
-    /// Held by a reference other than the index's and the caller's.
-    Busy,
-}
 
 /// How [`Mapping::remove_folio`] puts the index's reference.
 pub(crate) enum IndexRef<'f, 'g, 'p> {
@@ -544,202 +538,6 @@ impl Mapping {
         Ok((pos.min(end) - offset) as usize)
     }
 
-    /// [`Mapping::read_folio`] when it is a plain hit, under the caller's guard, with the
-    /// translation a reader may keep; `None` if the full path must answer. The hit paths
-    /// (this one and the three below) leave counting the hit (`PageCacheHits`) to their
-    /// callers, which a reader does once per [`super::REPIN_EVERY`].
-    #[inline]
-    pub(crate) fn read_folio_hit(
-        &self,
-        ra: &Readahead,
-        index: u64,
-        guard: &rcu::Guard,
-    ) -> Option<(FolioRef<'_>, Translation<'_>)> {
-        if index >= self.size().div_ceil(PAGE_SIZE) {
-            return None;
-        }
-        let mut cursor = self.pages.cursor(index, guard);
-        let f = match cursor.load() {
-            Some(Entry::Pointer(f)) => f,
-            _ => return None,
-        };
-        let r = self.pool().try_get(f)?;
-        // After the reference (an acquire read-modify-write): the flags' mapcount test is the
-        // zero-copy reader's side of `Folio::reader_sees_mapping` — a mapped folio goes to the
-        // full path, which write-protects the spaces' ptes.
-        let (seq, flags) = f.read_seq_begin()?;
-        if flags & READAHEAD != 0 {
-            return None;
-        }
-        match cursor.reload() {
-            Some(Entry::Pointer(again)) if ptr::eq(again, f) => {}
-            _ => return None,
-        }
-        let t = self.translation(f, seq, flags)?;
-        self.mark_accessed(f);
-        ra.note_read(index, index);
-        Some((r, t))
-    }
-
-    /// [`Mapping::read_folio`] through a translation a reader kept: the folio, if `index` lies
-    /// in it and it is still what the translation says (its byte sequence has not moved, so it
-    /// is still in the index at the same place); `None` if the caller must look it up.
-    #[inline]
-    pub(crate) fn read_folio_translated(
-        &self,
-        ra: &Readahead,
-        t: &Translation<'_>,
-        index: u64,
-    ) -> Option<FolioRef<'_>> {
-        if index.wrapping_sub(t.start) >= t.frames || index >= self.size().div_ceil(PAGE_SIZE) {
-            return None;
-        }
-        let r = self.pool().try_get(t.folio)?;
-        // As in `read_folio_hit`, after the reference.
-        let (seq, flags) = t.folio.read_seq_begin()?;
-        if seq != t.seq || flags & READAHEAD != 0 {
-            return None;
-        }
-        self.mark_accessed(t.folio);
-        ra.note_read(index, index);
-        Some(r)
-    }
-
-    /// [`Mapping::read_at`] when the whole of `buf` lies in one cached folio inside the file,
-    /// under the caller's guard, with the translation a reader may keep; `None` (nothing read,
-    /// nothing noted) if the full path must answer.
-    ///
-    /// Takes no reference (the get and put on a shared folio's count are most of a hit's cost
-    /// when threads read the same large folios): the folio is found under the guard, its byte
-    /// sequence read, the slot re-read (so the sequence is that of this file's folio at this
-    /// place), the bytes copied, and the copy kept only if the sequence did not move — no
-    /// freeze (an in-place write, an eviction), no free, no removal and no writable mapping came
-    /// meanwhile. Descriptors and frames outlive the cache, so the copy reads mapped memory
-    /// whatever happened to the folio; a folio some space maps is left to the full path.
-    #[inline]
-    pub(crate) fn read_at_hit(
-        &self,
-        ra: &Readahead,
-        offset: u64,
-        buf: &mut [u8],
-        guard: &rcu::Guard,
-        swap_end: impl FnOnce(u64) -> Option<u64>,
-    ) -> Option<(usize, Translation<'_>)> {
-        let end = offset.checked_add(buf.len() as u64)?;
-        if buf.is_empty() || end > self.size() {
-            return None;
-        }
-        let index = offset >> FRAME_SHIFT;
-        let mut cursor = self.pages.cursor(index, guard);
-        let f = match cursor.load() {
-            Some(Entry::Pointer(f)) => f,
-            _ => return None,
-        };
-        let (seq, flags) = f.read_seq_begin()?;
-        if flags & READAHEAD != 0 {
-            return None;
-        }
-        match cursor.reload() {
-            Some(Entry::Pointer(again)) if ptr::eq(again, f) => {}
-            _ => return None,
-        }
-        let t = self.translation(f, seq, flags)?;
-        let n = self.copy_validated(ra, &t, seq, offset, end, buf, swap_end)?;
-        Some((n, t))
-    }
-
-    /// [`Mapping::read_at`] through a translation a reader kept, when the whole of `buf` lies
-    /// in its folio inside the file and the folio is still what the translation says; `None`
-    /// (nothing read, nothing noted) if the caller must look it up. No index walk, no guard:
-    /// the byte sequence alone vouches for the folio (see [`Translation`]).
-    #[inline]
-    pub(crate) fn read_at_translated(
-        &self,
-        ra: &Readahead,
-        t: &Translation<'_>,
-        offset: u64,
-        buf: &mut [u8],
-        swap_end: impl FnOnce(u64) -> Option<u64>,
-    ) -> Option<usize> {
-        let end = offset.checked_add(buf.len() as u64)?;
-        if buf.is_empty() || end > self.size() {
-            return None;
-        }
-        let (seq, flags) = t.folio.read_seq_begin()?;
-        if seq != t.seq || flags & READAHEAD != 0 {
-            return None;
-        }
-        self.copy_validated(ra, t, seq, offset, end, buf, swap_end)
-    }
-
-    /// The translation of `f`, found at its place in the index while its sequence was `seq`
-    /// and its flags `flags`; `None` if those flags do not describe a folio of this pool.
-    #[inline]
-    fn translation(&self, f: &Folio, seq: u32, flags: u64) -> Option<Translation<'_>> {
-        let pool = self.pool();
-        let frames = 1u64 << ((flags & ORDER_MASK) >> ORDER_SHIFT);
-        let pfn = pool.pfn_of_desc(f);
-        if pfn + frames as usize > pool.nr_frames() {
-            return None;
-        }
-        Some(Translation {
-            // The same descriptor, borrowed from the pool (descriptors live as long as it)
-            // rather than from the caller's guard.
-            folio: pool.folio(pfn)?,
-            seq,
-            start: f.index(),
-            frames,
-            bytes: pool.frame_ptr(pfn),
-        })
-    }
-
-    /// The end of a reference-free hit: copies `offset .. end` out of `t`'s folio (if it lies
-    /// there) and keeps the copy only if the sequence is still `seq`; then counts the hit,
-    /// marks the access (unless the caller's previous read, whose end `swap_end` swaps for
-    /// this one's, ended in this folio) and notes the read.
-    #[inline]
-    #[allow(clippy::too_many_arguments)]
-    fn copy_validated(
-        &self,
-        ra: &Readahead,
-        t: &Translation<'_>,
-        seq: u32,
-        offset: u64,
-        end: u64,
-        buf: &mut [u8],
-        swap_end: impl FnOnce(u64) -> Option<u64>,
-    ) -> Option<usize> {
-        let start = t.start << FRAME_SHIFT;
-        if offset < start || end > start + (t.frames << FRAME_SHIFT) {
-            return None;
-        }
-        // SAFETY: the folio's frames (`t.bytes`, `t.frames` of them) lie inside the pool
-        // (checked when the translation was made), whose mapping lives as long as the cache,
-        // and the range read lies inside them (checked above); `buf` is the caller's and no pool
-        // frame. The bytes may be changing (a freeze, a reuse): the copy is a raw one, never a
-        // reference, and is thrown away below unless the sequence shows no change could have
-        // overlapped it.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                t.bytes.add((offset - start) as usize),
-                buf.as_mut_ptr(),
-                buf.len(),
-            );
-        }
-        if t.folio.read_seq_retry(seq) {
-            return None;
-        }
-        if !continues_in(swap_end(end), t.folio) {
-            // Unreferenced: at worst a flag on a folio just evicted (what the LRU batches
-            // already allow).
-            self.cache
-                .vm
-                .mark_accessed(self.pool(), t.folio, t.folio.flags());
-        }
-        ra.note_read(offset >> FRAME_SHIFT, (end - 1) >> FRAME_SHIFT);
-        Some(buf.len())
-    }
-
     /// A zero-copy reader holds `f` and is about to borrow its bytes: if spaces map it,
     /// write-protect their ptes (`folio_mkclean`), so that no write through a mapping is in
     /// flight or can start without a write fault — and a write fault that sees this reference
@@ -979,171 +777,6 @@ impl Mapping {
         Ok(())
     }
 
-    // ---- truncation and invalidation -------------------------------------------------------
-
-    pub(crate) fn set_len(&self, len: u64) -> Result<()> {
-        if len > super::MAX_FILE_SIZE {
-            return Err(FilemapError::Overflow {
-                offset: len,
-                len: 0,
-            });
-        }
-        let _inv = self.invalidate_lock.write().unwrap();
-        let old = self.size();
-        if len >= old {
-            if len > old {
-                self.zero_eof_tail()?;
-            }
-            let _len = self.store_len.write().unwrap();
-            // A cut of the store that failed earlier is made now, so that bytes past the old end
-            // never come back as file data.
-            if self.store.len()? > old {
-                self.store.set_len(old)?;
-            }
-            self.store.set_len(len)?;
-            self.store_size.store(len, Ordering::Release);
-            self.size.store(len, Ordering::Release);
-            return Ok(());
-        }
-        // First zero what lies past the new end in the folio that will hold it (cached bytes
-        // past the end of the file are always zero). If this fails — no memory for a copy —
-        // nothing has changed yet.
-        while let Some(g) = self.lock_folio(len >> FRAME_SHIFT) {
-            let start = g.index() << FRAME_SHIFT;
-            if start >= len || !g.is_uptodate() {
-                break;
-            }
-            g.wait_writeback_with(self.policy());
-            let from = (len - start) as usize;
-            // If `modify` gave up (written back, or out of the index), look again.
-            if self.modify(g, |b| b[from..].fill(0))?.is_some() {
-                break;
-            }
-        }
-        self.size.store(len, Ordering::Release);
-        let first_dead = len.div_ceil(PAGE_SIZE);
-        let mut found = Vec::new();
-        self.pages.for_each(first_dead, u64::MAX, None, |e| {
-            found.push((e.index, e.entry.value()));
-            std::ops::ControlFlow::Continue(())
-        });
-        for (index, value) in found {
-            if let Some(v) = value {
-                if index >= first_dead {
-                    let _ = self.pages.cmpxchg(index, Some(Entry::Value(v)), None);
-                }
-                continue;
-            }
-            if let Some(g) = self.lock_folio(index) {
-                g.wait_writeback_with(self.policy());
-                if g.index() >= first_dead {
-                    self.delete_from_index(&g);
-                }
-            }
-        }
-        let _len = self.store_len.write().unwrap();
-        self.store.set_len(len)?;
-        // Every write-back that raised it has ended (folios past the end were waited for and
-        // the raise happens under `store_len`, held exclusively here).
-        self.store_size.fetch_min(len, Ordering::AcqRel);
-        Ok(())
-    }
-
-    /// Zeroes what lies past the end of the file in the folio holding it, if a space may have
-    /// written there (see `eof_tail_written`); called before the file grows. The end is read
-    /// under the folio lock, so a writer that extended the file meanwhile keeps its bytes.
-    fn zero_eof_tail(&self) -> Result<()> {
-        if !self.eof_tail_written.swap(false, Ordering::AcqRel) {
-            return Ok(());
-        }
-        loop {
-            let Some(g) = self.lock_folio(self.size() >> FRAME_SHIFT) else {
-                return Ok(());
-            };
-            let size = self.size();
-            let start = g.index() << FRAME_SHIFT;
-            if size <= start || !g.is_uptodate() {
-                return Ok(());
-            }
-            if size >= start + g.size() as u64 {
-                // The end moved past this folio meanwhile: look again.
-                continue;
-            }
-            g.wait_writeback_with(self.policy());
-            let from = (size - start) as usize;
-            // `modify` unmaps the spaces first, then changes the folio or a copy of it.
-            if self.modify(g, |b| b[from..].fill(0))?.is_some() {
-                return Ok(());
-            }
-        }
-    }
-
-    /// Drops every clean, unused folio; returns the frames freed.
-    pub(crate) fn invalidate(&self) -> usize {
-        let mut found = Vec::new();
-        self.pages.for_each(0, u64::MAX, None, |e| {
-            found.push((e.index, e.entry.value()));
-            std::ops::ControlFlow::Continue(())
-        });
-        let mut freed = 0;
-        for (index, value) in found {
-            if let Some(v) = value {
-                // Only the shadow seen: a folio may have been inserted over it since.
-                let _ = self.pages.cmpxchg(index, Some(Entry::Value(v)), None);
-                continue;
-            }
-            // Reclaim (kswapd or a direct reclaimer) and the flusher hold a folio for moments
-            // at a time: an extra reference or the lock seen here is usually theirs, so the
-            // drop is retried a bounded number of times before the folio is left to its user.
-            for attempt in 0..INVALIDATE_TRIES {
-                match self.try_invalidate(index) {
-                    Invalidated::Freed(frames) => freed += frames,
-                    Invalidated::Kept => {}
-                    Invalidated::Busy if attempt + 1 < INVALIDATE_TRIES => {
-                        if attempt < 16 {
-                            std::thread::yield_now();
-                        } else {
-                            std::thread::sleep(std::time::Duration::from_micros(100));
-                        }
-                        continue;
-                    }
-                    Invalidated::Busy => {}
-                }
-                break;
-            }
-        }
-        freed
-    }
-
-    /// One attempt of [`Mapping::invalidate`] at `index`.
-    fn try_invalidate(&self, index: u64) -> Invalidated {
-        let Some(f) = self.find_get(index) else {
-            return Invalidated::Kept;
-        };
-        // Waits for the lock: whoever holds it (a reclaimer, a reader filling the folio)
-        // lets go without waiting on anything this thread holds.
-        let mut g = f.lock_with(self.policy());
-        if !self.still_mapped(&g, index) || g.is_dirty() || g.is_writeback() || g.is_mapped() {
-            // A folio a space maps stays (`invalidate_mapping_pages` skips mapped folios).
-            return Invalidated::Kept;
-        }
-        let frames = g.nr_frames();
-        // SAFETY: mapped, so the index owns one raw reference, unused during the freeze.
-        let Some(mut frozen) = (unsafe { g.freeze(1) }) else {
-            return Invalidated::Busy;
-        };
-        let folio = frozen.folio();
-        if folio.flags() & (DIRTY | WRITEBACK) != 0 {
-            // Made dirty again by a failed write-back that ended meanwhile: keep it.
-            return Invalidated::Kept;
-        }
-        if self.remove_folio(folio, None, IndexRef::Frozen(&mut frozen)) {
-            Invalidated::Freed(frames)
-        } else {
-            Invalidated::Kept
-        }
-    }
-
     /// Replaces the locked folio `g` by the shadow entry `shadow` computes, if it is still
     /// this mapping's, clean, not under write-back, and held by nobody but the index and `g`;
     /// returns whether it did (reclaim's eviction, the kernel's `__remove_mapping`).
@@ -1214,27 +847,6 @@ impl Drop for Mapping {
     }
 }
 
-/// What a [`super::FileReader`] remembers of a folio it found in the index (a software TLB
-/// entry): the descriptor, its frames, the file pages it holds, and its byte sequence then.
-///
-/// The sequence vouches for the rest: it moves when the folio is frozen (an in-place write,
-/// an eviction), freed, removed from or replaced in the index (`remove_folio`), or given a
-/// writable pte — so while it reads the same even value, the folio is still this file's, at
-/// the same place, with the bytes of that file's pages, and a reader may copy them without an
-/// index walk. A translation is made only from a sequence read before the slot was checked to
-/// hold the folio (the kernel's TLB is kept right by shootdowns; this one by the sequence).
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Translation<'m> {
-    folio: &'m Folio,
-    seq: u32,
-    /// The folio's first file page.
-    start: u64,
-    /// Its frames.
-    frames: u64,
-    /// The address of its first frame's bytes in the pool.
-    bytes: *const u8,
-}
-
 /// Copies `buf.len()` bytes at byte `off` of the up-to-date folio `f` into `buf`, with a raw
 /// copy rather than through a borrow of the bytes: spaces that map the folio writable may be
 /// writing it (shared memory; see `mm/file.rs`), and the copy holds what was there at that
@@ -1254,7 +866,7 @@ fn copy_out(f: &FolioRef<'_>, off: usize, buf: &mut [u8]) {
 /// `prev_end` continues in folio `f`: the byte before `prev_end` lies in it. Such a read does
 /// not mark the folio accessed again (the kernel's `filemap_read`).
 #[inline]
-fn continues_in(prev_end: Option<u64>, f: &Folio) -> bool {
+pub(super) fn continues_in(prev_end: Option<u64>, f: &Folio) -> bool {
     prev_end.is_some_and(|e| {
         let p = e.wrapping_sub(1) >> FRAME_SHIFT;
         let first = f.index();

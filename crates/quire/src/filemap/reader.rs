@@ -16,7 +16,7 @@
 //! A reader also keeps translations — where it found up to [`TRANSLATIONS`]-many folios,
 //! one slot per 2^[`MAX_ORDER`] file pages — so that a hit on a folio it has seen skips the
 //! index walk; the folio's byte sequence shows whether it is still the file's folio at that
-//! place (`Translation` in `filemap/mapping.rs`; the loom models in `tests/loom_seq.rs`). A
+//! place (`Translation` in `filemap/mapping/hit.rs`; the loom models in `tests/loom_seq.rs`). A
 //! copying hit (`read_at`) takes no reference at all; a zero-copy one (`read_folio`) takes the
 //! one it returns.
 //!

@@ -1,0 +1,232 @@
+//! The hit paths of a read (issue 12): a cached folio found and used without the full path —
+//! for copies without taking a reference (the folio's byte sequence vouches for the copy), and
+//! through the [`Translation`]s a [`crate::filemap::FileReader`] keeps, without an index walk.
+//! See "Reference-free hits" and "Translations" in `docs/ARCHITECTURE.md`.
+
+use std::ptr;
+
+use super::{continues_in, Mapping};
+use crate::filemap::readahead::Readahead;
+use crate::filemap::PAGE_SIZE;
+use crate::mem::folio::{Folio, FolioRef, FRAME_SHIFT, ORDER_MASK, ORDER_SHIFT, READAHEAD};
+use crate::sync::rcu;
+use crate::xarray::Entry;
+
+impl Mapping {
+    /// [`Mapping::read_folio`] when it is a plain hit, under the caller's guard, with the
+    /// translation a reader may keep; `None` if the full path must answer. The hit paths
+    /// (this one and the three below) leave counting the hit (`PageCacheHits`) to their
+    /// callers, which a reader does once per [`crate::filemap::REPIN_EVERY`].
+    #[inline]
+    pub(crate) fn read_folio_hit(
+        &self,
+        ra: &Readahead,
+        index: u64,
+        guard: &rcu::Guard,
+    ) -> Option<(FolioRef<'_>, Translation<'_>)> {
+        if index >= self.size().div_ceil(PAGE_SIZE) {
+            return None;
+        }
+        let mut cursor = self.pages.cursor(index, guard);
+        let f = match cursor.load() {
+            Some(Entry::Pointer(f)) => f,
+            _ => return None,
+        };
+        let r = self.pool().try_get(f)?;
+        // After the reference (an acquire read-modify-write): the flags' mapcount test is the
+        // zero-copy reader's side of `Folio::reader_sees_mapping` — a mapped folio goes to the
+        // full path, which write-protects the spaces' ptes.
+        let (seq, flags) = f.read_seq_begin()?;
+        if flags & READAHEAD != 0 {
+            return None;
+        }
+        match cursor.reload() {
+            Some(Entry::Pointer(again)) if ptr::eq(again, f) => {}
+            _ => return None,
+        }
+        let t = self.translation(f, seq, flags)?;
+        self.mark_accessed(f);
+        ra.note_read(index, index);
+        Some((r, t))
+    }
+
+    /// [`Mapping::read_folio`] through a translation a reader kept: the folio, if `index` lies
+    /// in it and it is still what the translation says (its byte sequence has not moved, so it
+    /// is still in the index at the same place); `None` if the caller must look it up.
+    #[inline]
+    pub(crate) fn read_folio_translated(
+        &self,
+        ra: &Readahead,
+        t: &Translation<'_>,
+        index: u64,
+    ) -> Option<FolioRef<'_>> {
+        if index.wrapping_sub(t.start) >= t.frames || index >= self.size().div_ceil(PAGE_SIZE) {
+            return None;
+        }
+        let r = self.pool().try_get(t.folio)?;
+        // As in `read_folio_hit`, after the reference.
+        let (seq, flags) = t.folio.read_seq_begin()?;
+        if seq != t.seq || flags & READAHEAD != 0 {
+            return None;
+        }
+        self.mark_accessed(t.folio);
+        ra.note_read(index, index);
+        Some(r)
+    }
+
+    /// [`Mapping::read_at`] when the whole of `buf` lies in one cached folio inside the file,
+    /// under the caller's guard, with the translation a reader may keep; `None` (nothing read,
+    /// nothing noted) if the full path must answer.
+    ///
+    /// Takes no reference (the get and put on a shared folio's count are most of a hit's cost
+    /// when threads read the same large folios): the folio is found under the guard, its byte
+    /// sequence read, the slot re-read (so the sequence is that of this file's folio at this
+    /// place), the bytes copied, and the copy kept only if the sequence did not move — no
+    /// freeze (an in-place write, an eviction), no free, no removal and no writable mapping came
+    /// meanwhile. Descriptors and frames outlive the cache, so the copy reads mapped memory
+    /// whatever happened to the folio; a folio some space maps is left to the full path.
+    #[inline]
+    pub(crate) fn read_at_hit(
+        &self,
+        ra: &Readahead,
+        offset: u64,
+        buf: &mut [u8],
+        guard: &rcu::Guard,
+        swap_end: impl FnOnce(u64) -> Option<u64>,
+    ) -> Option<(usize, Translation<'_>)> {
+        let end = offset.checked_add(buf.len() as u64)?;
+        if buf.is_empty() || end > self.size() {
+            return None;
+        }
+        let index = offset >> FRAME_SHIFT;
+        let mut cursor = self.pages.cursor(index, guard);
+        let f = match cursor.load() {
+            Some(Entry::Pointer(f)) => f,
+            _ => return None,
+        };
+        let (seq, flags) = f.read_seq_begin()?;
+        if flags & READAHEAD != 0 {
+            return None;
+        }
+        match cursor.reload() {
+            Some(Entry::Pointer(again)) if ptr::eq(again, f) => {}
+            _ => return None,
+        }
+        let t = self.translation(f, seq, flags)?;
+        let n = self.copy_validated(ra, &t, seq, offset, end, buf, swap_end)?;
+        Some((n, t))
+    }
+
+    /// [`Mapping::read_at`] through a translation a reader kept, when the whole of `buf` lies
+    /// in its folio inside the file and the folio is still what the translation says; `None`
+    /// (nothing read, nothing noted) if the caller must look it up. No index walk, no guard:
+    /// the byte sequence alone vouches for the folio (see [`Translation`]).
+    #[inline]
+    pub(crate) fn read_at_translated(
+        &self,
+        ra: &Readahead,
+        t: &Translation<'_>,
+        offset: u64,
+        buf: &mut [u8],
+        swap_end: impl FnOnce(u64) -> Option<u64>,
+    ) -> Option<usize> {
+        let end = offset.checked_add(buf.len() as u64)?;
+        if buf.is_empty() || end > self.size() {
+            return None;
+        }
+        let (seq, flags) = t.folio.read_seq_begin()?;
+        if seq != t.seq || flags & READAHEAD != 0 {
+            return None;
+        }
+        self.copy_validated(ra, t, seq, offset, end, buf, swap_end)
+    }
+
+    /// The translation of `f`, found at its place in the index while its sequence was `seq`
+    /// and its flags `flags`; `None` if those flags do not describe a folio of this pool.
+    #[inline]
+    fn translation(&self, f: &Folio, seq: u32, flags: u64) -> Option<Translation<'_>> {
+        let pool = self.pool();
+        let frames = 1u64 << ((flags & ORDER_MASK) >> ORDER_SHIFT);
+        let pfn = pool.pfn_of_desc(f);
+        if pfn + frames as usize > pool.nr_frames() {
+            return None;
+        }
+        Some(Translation {
+            // The same descriptor, borrowed from the pool (descriptors live as long as it)
+            // rather than from the caller's guard.
+            folio: pool.folio(pfn)?,
+            seq,
+            start: f.index(),
+            frames,
+            bytes: pool.frame_ptr(pfn),
+        })
+    }
+
+    /// The end of a reference-free hit: copies `offset .. end` out of `t`'s folio (if it lies
+    /// there) and keeps the copy only if the sequence is still `seq`; then counts the hit,
+    /// marks the access (unless the caller's previous read, whose end `swap_end` swaps for
+    /// this one's, ended in this folio) and notes the read.
+    #[inline]
+    #[allow(clippy::too_many_arguments)]
+    fn copy_validated(
+        &self,
+        ra: &Readahead,
+        t: &Translation<'_>,
+        seq: u32,
+        offset: u64,
+        end: u64,
+        buf: &mut [u8],
+        swap_end: impl FnOnce(u64) -> Option<u64>,
+    ) -> Option<usize> {
+        let start = t.start << FRAME_SHIFT;
+        if offset < start || end > start + (t.frames << FRAME_SHIFT) {
+            return None;
+        }
+        // SAFETY: the folio's frames (`t.bytes`, `t.frames` of them) lie inside the pool
+        // (checked when the translation was made), whose mapping lives as long as the cache,
+        // and the range read lies inside them (checked above); `buf` is the caller's and no pool
+        // frame. The bytes may be changing (a freeze, a reuse): the copy is a raw one, never a
+        // reference, and is thrown away below unless the sequence shows no change could have
+        // overlapped it.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                t.bytes.add((offset - start) as usize),
+                buf.as_mut_ptr(),
+                buf.len(),
+            );
+        }
+        if t.folio.read_seq_retry(seq) {
+            return None;
+        }
+        if !continues_in(swap_end(end), t.folio) {
+            // Unreferenced: at worst a flag on a folio just evicted (what the LRU batches
+            // already allow).
+            self.cache
+                .vm
+                .mark_accessed(self.pool(), t.folio, t.folio.flags());
+        }
+        ra.note_read(offset >> FRAME_SHIFT, (end - 1) >> FRAME_SHIFT);
+        Some(buf.len())
+    }
+}
+
+/// What a [`crate::filemap::FileReader`] remembers of a folio it found in the index (a software TLB
+/// entry): the descriptor, its frames, the file pages it holds, and its byte sequence then.
+///
+/// The sequence vouches for the rest: it moves when the folio is frozen (an in-place write,
+/// an eviction), freed, removed from or replaced in the index (`remove_folio`), or given a
+/// writable pte — so while it reads the same even value, the folio is still this file's, at
+/// the same place, with the bytes of that file's pages, and a reader may copy them without an
+/// index walk. A translation is made only from a sequence read before the slot was checked to
+/// hold the folio (the kernel's TLB is kept right by shootdowns; this one by the sequence).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Translation<'m> {
+    folio: &'m Folio,
+    seq: u32,
+    /// The folio's first file page.
+    start: u64,
+    /// Its frames.
+    frames: u64,
+    /// The address of its first frame's bytes in the pool.
+    bytes: *const u8,
+}
