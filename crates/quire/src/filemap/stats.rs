@@ -1,0 +1,94 @@
+//! [`CacheStats`]: what a [`super::PageCache`] holds and has done, as a struct and printed as
+//! `/proc/meminfo` and `/proc/vmstat` print theirs.
+
+use super::*;
+
+/// What the cache holds at one moment, and what its reclaim has done so far.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CacheStats {
+    /// Frames in the pool.
+    pub frames: usize,
+    /// Frames free in the allocator (including its per-thread caches).
+    pub free_frames: usize,
+    /// Frames of folios in some mapping's index.
+    pub cached_frames: usize,
+    /// Frames of dirty folios.
+    pub dirty_frames: usize,
+    /// Frames of folios under write-back (`NR_WRITEBACK`); with `dirty_frames`, what the dirty
+    /// limit counts.
+    pub writeback_frames: usize,
+    /// Files open (mappings alive).
+    pub files: usize,
+    /// Frames on each LRU list, indexed by [`Lru`] (all zero under the clock policy).
+    pub lru_frames: [usize; NR_LRU_LISTS],
+    /// Index nodes of every open file, and the heap bytes they take (beside the budget).
+    pub index_nodes: usize,
+    /// `index_nodes` times the size of a node.
+    pub index_heap_bytes: usize,
+    /// Index nodes holding only shadow entries (on the shadow shrinker's list).
+    pub shadow_nodes: usize,
+    /// The most shadow nodes the shrinker keeps.
+    pub max_shadow_nodes: usize,
+    /// The workingset's non-resident age (frames evicted plus frames activated, ever).
+    pub nonresident_age: u64,
+    /// The free-frame watermarks background and direct reclaim work to.
+    pub watermarks: Watermarks,
+    /// This cache's counters since it was made: reclaim, refaults, batches
+    /// (`pgscan`, `pgsteal`, `workingset_refault`, ... as in `/proc/vmstat`). Events counted
+    /// only globally ([`crate::stats`]) read 0 here.
+    pub vmstat: Snapshot,
+}
+
+impl CacheStats {
+    /// Frames on one LRU list.
+    pub fn lru(&self, lru: Lru) -> usize {
+        self.lru_frames[lru as usize]
+    }
+}
+
+impl std::fmt::Display for CacheStats {
+    /// `/proc/vmstat` style: one `name value` line per figure — the fields by their names, the
+    /// LRU lists as `nr_inactive_anon` ... `nr_unevictable` (frames, as the kernel's `nr_*`
+    /// counts pages), the watermarks as `watermark_min`/`_low`/`_high`, then the cache's
+    /// counters ([`CacheStats::vmstat`]).
+    ///
+    /// ```
+    /// use quire::{CacheConfig, MemStore, PageCache};
+    ///
+    /// # fn main() -> Result<(), quire::FilemapError> {
+    /// let cache = PageCache::new(CacheConfig::new(4 << 20))?;
+    /// let file = cache.open(MemStore::from_vec(vec![1; 64 << 10]))?;
+    /// file.read_exact_at(0, &mut [0; 100])?;
+    /// let text = cache.stats().to_string();
+    /// assert!(text.lines().any(|l| l == "frames 1024"));
+    /// assert!(text.lines().any(|l| l.starts_with("nr_inactive_file ")));
+    /// # Ok(())
+    /// # }
+    /// ```
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let lines: [(&str, u64); 15] = [
+            ("frames", self.frames as u64),
+            ("free_frames", self.free_frames as u64),
+            ("cached_frames", self.cached_frames as u64),
+            ("dirty_frames", self.dirty_frames as u64),
+            ("writeback_frames", self.writeback_frames as u64),
+            ("files", self.files as u64),
+            ("index_nodes", self.index_nodes as u64),
+            ("index_heap_bytes", self.index_heap_bytes as u64),
+            ("shadow_nodes", self.shadow_nodes as u64),
+            ("max_shadow_nodes", self.max_shadow_nodes as u64),
+            ("nonresident_age", self.nonresident_age),
+            ("watermark_min", self.watermarks.min as u64),
+            ("watermark_low", self.watermarks.low as u64),
+            ("watermark_high", self.watermarks.high as u64),
+            ("watermark_max_gap", self.watermarks.max_gap as u64),
+        ];
+        for (name, value) in lines {
+            writeln!(f, "{name} {value}")?;
+        }
+        for lru in Lru::ALL {
+            writeln!(f, "nr_{} {}", lru.name(), self.lru(lru))?;
+        }
+        write!(f, "{}", self.vmstat)
+    }
+}
