@@ -27,25 +27,12 @@ impl Mapping {
         if index >= self.size().div_ceil(PAGE_SIZE) {
             return None;
         }
-        let mut cursor = self.pages.cursor(index, guard);
-        let f = match cursor.load() {
-            Some(Entry::Pointer(f)) => f,
-            _ => return None,
-        };
-        let r = self.pool().try_get(f)?;
-        // After the reference (an acquire read-modify-write): the flags' mapcount test is the
-        // zero-copy reader's side of `Folio::reader_sees_mapping` — a mapped folio goes to the
-        // full path, which write-protects the spaces' ptes.
-        let (seq, flags) = f.read_seq_begin()?;
-        if flags & READAHEAD != 0 {
-            return None;
-        }
-        match cursor.reload() {
-            Some(Entry::Pointer(again)) if ptr::eq(again, f) => {}
-            _ => return None,
-        }
-        let t = self.translation(f, seq, flags)?;
-        self.mark_accessed(f);
+        // The reference is taken before the sequence and flags are read (an acquire
+        // read-modify-write): the flags' mapcount test is then the zero-copy reader's side of
+        // `Folio::reader_sees_mapping` — a mapped folio goes to the full path, which
+        // write-protects the spaces' ptes.
+        let (r, t) = self.find_translated(index, guard, |f| self.pool().try_get(f))?;
+        self.mark_accessed(t.folio);
         ra.note_read(index, index);
         Some((r, t))
     }
@@ -98,22 +85,8 @@ impl Mapping {
         if buf.is_empty() || end > self.size() {
             return None;
         }
-        let index = offset >> FRAME_SHIFT;
-        let mut cursor = self.pages.cursor(index, guard);
-        let f = match cursor.load() {
-            Some(Entry::Pointer(f)) => f,
-            _ => return None,
-        };
-        let (seq, flags) = f.read_seq_begin()?;
-        if flags & READAHEAD != 0 {
-            return None;
-        }
-        match cursor.reload() {
-            Some(Entry::Pointer(again)) if ptr::eq(again, f) => {}
-            _ => return None,
-        }
-        let t = self.translation(f, seq, flags)?;
-        let n = self.copy_validated(ra, &t, seq, offset, end, buf, swap_end)?;
+        let ((), t) = self.find_translated(offset >> FRAME_SHIFT, guard, |_| Some(()))?;
+        let n = self.copy_validated(ra, &t, t.seq, offset, end, buf, swap_end)?;
         Some((n, t))
     }
 
@@ -139,6 +112,34 @@ impl Mapping {
             return None;
         }
         self.copy_validated(ra, t, seq, offset, end, buf, swap_end)
+    }
+
+    /// The folio at `index` under `guard`, as a translation: found by the walk, `first(folio)`
+    /// (a reference, or nothing), its sequence and flags read (even, up to date, no mapcount,
+    /// no readahead marker), then the slot re-read to still hold it — so the translation's
+    /// sequence is one the folio had while in this file's index at that place.
+    #[inline]
+    fn find_translated<R>(
+        &self,
+        index: u64,
+        guard: &rcu::Guard,
+        first: impl FnOnce(&Folio) -> Option<R>,
+    ) -> Option<(R, Translation<'_>)> {
+        let mut cursor = self.pages.cursor(index, guard);
+        let f = match cursor.load() {
+            Some(Entry::Pointer(f)) => f,
+            _ => return None,
+        };
+        let r = first(f)?;
+        let (seq, flags) = f.read_seq_begin()?;
+        if flags & READAHEAD != 0 {
+            return None;
+        }
+        match cursor.reload() {
+            Some(Entry::Pointer(again)) if ptr::eq(again, f) => {}
+            _ => return None,
+        }
+        Some((r, self.translation(f, seq, flags)?))
     }
 
     /// The translation of `f`, found at its place in the index while its sequence was `seq`
