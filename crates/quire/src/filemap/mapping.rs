@@ -18,6 +18,7 @@ use crate::mem::pool::FramePool;
 use crate::stats::{count, Event};
 use crate::store::{Op, Store, StoreError};
 use crate::sync::bitwait::WaitPolicy;
+use crate::sync::loom::SpinWait;
 use crate::sync::rcu;
 use crate::xarray::{Entry, XArray, XaError};
 
@@ -183,7 +184,7 @@ impl Mapping {
     #[inline]
     pub(crate) fn find_get_in(&self, index: u64, guard: &rcu::Guard) -> Option<FolioRef<'_>> {
         let mut cursor = self.pages.cursor(index, guard);
-        let mut spins = 0u32;
+        let mut wait = SpinWait::new(64);
         loop {
             let folio = match cursor.load() {
                 Some(Entry::Pointer(f)) => f,
@@ -191,12 +192,7 @@ impl Mapping {
             };
             if !folio.try_get() {
                 // Frozen (written in place or being evicted) or freed meanwhile: look again.
-                spins += 1;
-                if spins > 64 {
-                    std::thread::yield_now();
-                } else {
-                    std::hint::spin_loop();
-                }
+                wait.wait();
                 continue;
             }
             // SAFETY: `try_get` gave us a counted reference on this descriptor of our pool.

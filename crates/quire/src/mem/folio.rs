@@ -478,16 +478,27 @@ impl Folio {
     #[inline]
     #[doc(alias = "folio_ref_freeze")]
     pub unsafe fn try_freeze(&self, expected: u32) -> bool {
+        let frozen = self.freeze_count(expected);
+        if frozen {
+            // The fence orders the bump before every write the freezer makes to the bytes (a
+            // seqcount's write side).
+            fence(Ordering::Release);
+        }
+        frozen
+    }
+
+    /// The count from `expected` to 0 (acquire) and, if it was, the byte sequence made odd: the
+    /// part of [`Folio::try_freeze`] before its fence.
+    #[inline]
+    fn freeze_count(&self, expected: u32) -> bool {
         let frozen = expected != 0
             && self
                 .refcount
                 .compare_exchange(expected, 0, Ordering::Acquire, Ordering::Relaxed)
                 .is_ok();
         if frozen {
-            // Odd from here to the unfreeze; the fence orders the bump before every write the
-            // freezer makes to the bytes (a seqcount's write side).
+            // Odd from here to the unfreeze.
             self.seq.fetch_add(1, Ordering::Relaxed);
-            fence(Ordering::Release);
         }
         frozen
     }
@@ -750,15 +761,7 @@ impl Folio {
     ///
     /// As [`Folio::try_freeze`].
     pub unsafe fn broken_try_freeze_unfenced(&self, expected: u32) -> bool {
-        let frozen = expected != 0
-            && self
-                .refcount
-                .compare_exchange(expected, 0, Ordering::Acquire, Ordering::Relaxed)
-                .is_ok();
-        if frozen {
-            self.seq.fetch_add(1, Ordering::Relaxed);
-        }
-        frozen
+        self.freeze_count(expected)
     }
     /// Broken: [`Folio::read_seq_retry`] without its fence.
     pub fn broken_read_seq_retry_unfenced(&self, start: u32) -> bool {

@@ -52,8 +52,7 @@ impl Mapping {
         }
         let r = self.pool().try_get(t.folio)?;
         // As in `read_folio_hit`, after the reference.
-        let (seq, flags) = t.folio.read_seq_begin()?;
-        if seq != t.seq || flags & READAHEAD != 0 {
+        if !t.current() {
             return None;
         }
         self.mark_accessed(t.folio);
@@ -86,7 +85,7 @@ impl Mapping {
             return None;
         }
         let ((), t) = self.find_translated(offset >> FRAME_SHIFT, guard, |_| Some(()))?;
-        let n = self.copy_validated(ra, &t, t.seq, offset, end, buf, swap_end)?;
+        let n = self.copy_validated(ra, &t, offset, end, buf, swap_end)?;
         Some((n, t))
     }
 
@@ -107,11 +106,10 @@ impl Mapping {
         if buf.is_empty() || end > self.size() {
             return None;
         }
-        let (seq, flags) = t.folio.read_seq_begin()?;
-        if seq != t.seq || flags & READAHEAD != 0 {
+        if !t.current() {
             return None;
         }
-        self.copy_validated(ra, t, seq, offset, end, buf, swap_end)
+        self.copy_validated(ra, t, offset, end, buf, swap_end)
     }
 
     /// The folio at `index` under `guard`, as a translation: found by the walk, `first(folio)`
@@ -164,16 +162,14 @@ impl Mapping {
     }
 
     /// The end of a reference-free hit: copies `offset .. end` out of `t`'s folio (if it lies
-    /// there) and keeps the copy only if the sequence is still `seq`; then counts the hit,
+    /// there) and keeps the copy only if the sequence is still the translation's; then
     /// marks the access (unless the caller's previous read, whose end `swap_end` swaps for
     /// this one's, ended in this folio) and notes the read.
     #[inline]
-    #[allow(clippy::too_many_arguments)]
     fn copy_validated(
         &self,
         ra: &Readahead,
         t: &Translation<'_>,
-        seq: u32,
         offset: u64,
         end: u64,
         buf: &mut [u8],
@@ -196,7 +192,7 @@ impl Mapping {
                 buf.len(),
             );
         }
-        if t.folio.read_seq_retry(seq) {
+        if t.folio.read_seq_retry(t.seq) {
             return None;
         }
         if !continues_in(swap_end(end), t.folio) {
@@ -230,4 +226,14 @@ pub(crate) struct Translation<'m> {
     frames: u64,
     /// The address of its first frame's bytes in the pool.
     bytes: *const u8,
+}
+
+impl Translation<'_> {
+    /// Whether the folio is still what the translation says: its sequence the same even value
+    /// (no removal, free, freeze or writable mapping since), up to date, mapped by no space,
+    /// and without a readahead marker (which the full path must see).
+    #[inline]
+    fn current(&self) -> bool {
+        matches!(self.folio.read_seq_begin(), Some((s, flags)) if s == self.seq && flags & READAHEAD == 0)
+    }
 }
