@@ -9,6 +9,9 @@ use loom::thread;
 use quire::sync::bitwait::{self, WaitPolicy, LOCKED, WAITERS};
 use quire::sync::loom::{AtomicU64, Ordering};
 
+mod loom_support;
+use loom_support::model;
+
 const WRITEBACK: u64 = 1 << 4;
 
 struct Shared {
@@ -16,16 +19,8 @@ struct Shared {
     data: UnsafeCell<u32>,
 }
 
-fn builder() -> loom::model::Builder {
-    let mut b = loom::model::Builder::new();
-    if b.preemption_bound.is_none() {
-        b.preemption_bound = Some(3);
-    }
-    b
-}
-
 fn lockers(policy: WaitPolicy, threads: usize) {
-    builder().check(move || {
+    model(move || {
         let s = Arc::new(Shared {
             word: AtomicU64::new(0),
             data: UnsafeCell::new(0),
@@ -82,7 +77,7 @@ fn handoff_with_zero_unfairness() {
 
 #[test]
 fn shared_and_exclusive_waiters_of_one_bit() {
-    builder().check(|| {
+    model(|| {
         let s = Arc::new(Shared {
             word: AtomicU64::new(LOCKED),
             data: UnsafeCell::new(0),
@@ -125,7 +120,7 @@ fn shared_and_exclusive_waiters_of_one_bit() {
 fn clear_and_wake_other_bit() {
     // A write-back waiter and a locker on one word: each clear wakes only its own bit's waiters,
     // and nobody is left asleep.
-    builder().check(|| {
+    model(|| {
         let w = Arc::new(AtomicU64::new(LOCKED | WRITEBACK));
         let wb = {
             let w = w.clone();
@@ -148,7 +143,7 @@ fn clear_and_wake_other_bit() {
 
 #[test]
 fn waiters_bit_set_while_anybody_sleeps() {
-    builder().check(|| {
+    model(|| {
         let w = Arc::new(AtomicU64::new(0));
         let hs: Vec<_> = (0..2)
             .map(|_| {

@@ -11,16 +11,11 @@ use loom::thread;
 use quire::dcache::tree::Core;
 use quire::dcache::{FileKind, Identity, RefPolicy};
 
+mod loom_support;
+use loom_support::model;
+
 fn ident(ino: u64, kind: FileKind) -> Option<Identity> {
     Some(Identity { dev: 1, ino, kind })
-}
-
-fn model(f: impl Fn() + Sync + Send + 'static) {
-    let mut b = loom::model::Builder::new();
-    if b.preemption_bound.is_none() {
-        b.preemption_bound = Some(3);
-    }
-    b.check(f);
 }
 
 // Name hashes are arbitrary but fixed per name. The models use a single hash bucket: the bucket

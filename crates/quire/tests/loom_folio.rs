@@ -10,13 +10,8 @@ use loom::thread;
 use quire::mem::{Buddy, Folio, FramePool, FRAME_SIZE};
 use quire::sync::loom::{AtomicUsize, Ordering};
 
-fn builder() -> loom::model::Builder {
-    let mut b = loom::model::Builder::new();
-    if b.preemption_bound.is_none() {
-        b.preemption_bound = Some(3);
-    }
-    b
-}
+mod loom_support;
+use loom_support::model;
 
 /// A one-frame pool without order-0 caches (every free goes straight to the buddy lists).
 fn pool() -> Arc<FramePool> {
@@ -44,7 +39,7 @@ fn assert_all_free(pool: &FramePool) {
 
 #[test]
 fn speculative_get_against_freeze_remove_free() {
-    builder().check(|| {
+    model(|| {
         let pool = pool();
         let (slot_ref, own_ref) = publish(&pool, 7);
         // The index slot holds one raw reference; the remover owns another.
@@ -98,7 +93,7 @@ fn speculative_get_against_freeze_remove_free() {
 
 #[test]
 fn concurrent_last_puts_free_exactly_once() {
-    builder().check(|| {
+    model(|| {
         let pool = pool();
         let (a, b) = publish(&pool, 1);
         let t = {
@@ -119,7 +114,7 @@ fn concurrent_last_puts_free_exactly_once() {
 
 #[test]
 fn try_get_against_last_put() {
-    builder().check(|| {
+    model(|| {
         let pool = pool();
         let (a, b) = publish(&pool, 3);
         // Drop one of the two references up front: `a` is the last one.
@@ -146,7 +141,7 @@ fn try_get_against_last_put() {
 
 #[test]
 fn filler_hands_uptodate_bytes_to_a_locker() {
-    builder().check(|| {
+    model(|| {
         let pool = pool();
         let f = pool.alloc(0).unwrap();
         let other = f.clone().into_raw().as_ptr() as usize;
@@ -175,7 +170,7 @@ fn filler_hands_uptodate_bytes_to_a_locker() {
 
 #[test]
 fn end_writeback_wakes_the_waiter() {
-    builder().check(|| {
+    model(|| {
         let pool = pool();
         let f = pool.alloc(0).unwrap();
         assert!(!f.start_writeback());

@@ -34,15 +34,10 @@ use loom::sync::Arc;
 use loom::thread;
 use quire::sync::lockref::{LockRef, RefPolicy, DEAD_COUNT};
 
-const POLICIES: [RefPolicy; 2] = [RefPolicy::Cmpxchg, RefPolicy::Spinlock];
+mod loom_support;
+use loom_support::model;
 
-fn model(f: impl Fn() + Sync + Send + 'static) {
-    let mut b = loom::model::Builder::new();
-    if b.preemption_bound.is_none() {
-        b.preemption_bound = Some(3);
-    }
-    b.check(f);
-}
+const POLICIES: [RefPolicy; 2] = [RefPolicy::Cmpxchg, RefPolicy::Spinlock];
 
 /// An object with a reference count and a plain field per holder, written before the holder
 /// drops its reference and read by whoever drops the last one.

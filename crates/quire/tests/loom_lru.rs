@@ -11,13 +11,8 @@ use quire::mem::{FramePool, FRAME_SIZE};
 use quire::vmscan::model::Model;
 use quire::vmscan::Lru;
 
-fn builder() -> loom::model::Builder {
-    let mut b = loom::model::Builder::new();
-    if b.preemption_bound.is_none() {
-        b.preemption_bound = Some(3);
-    }
-    b
-}
+mod loom_support;
+use loom_support::model;
 
 fn pool() -> Arc<FramePool> {
     Arc::new(FramePool::with_caches(2 * FRAME_SIZE, 1, 0).unwrap())
@@ -27,7 +22,7 @@ fn pool() -> Arc<FramePool> {
 /// no list, and the lists stay consistent.
 #[test]
 fn removal_racing_the_add_drain_leaves_nothing_listed() {
-    builder().check(|| {
+    model(|| {
         let pool = pool();
         let vm = Arc::new(Model::new(2));
         let f = pool.alloc(0).unwrap();
@@ -56,7 +51,7 @@ fn removal_racing_the_add_drain_leaves_nothing_listed() {
 /// lists stay consistent with the flags.
 #[test]
 fn stale_add_entry_never_links_an_isolated_folio() {
-    builder().check(|| {
+    model(|| {
         let pool = pool();
         let vm = Arc::new(Model::new(2));
         let f = pool.alloc(0).unwrap();

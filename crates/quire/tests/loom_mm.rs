@@ -22,21 +22,11 @@ use loom::thread;
 use quire::mem::{FramePool, FRAME_SIZE};
 use quire::mm::model;
 
-fn builder() -> loom::model::Builder {
-    let mut b = loom::model::Builder::new();
-    if b.preemption_bound.is_none() {
-        b.preemption_bound = Some(3);
-    }
-    b
-}
+mod loom_support;
+use loom_support::{fails, model};
 
 fn pool() -> Arc<FramePool> {
     Arc::new(FramePool::with_caches(FRAME_SIZE, 1, 0).unwrap())
-}
-
-/// Whether `model` panics in some interleaving.
-fn fails(model: impl Fn() + Sync + Send + 'static) -> bool {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| builder().check(model))).is_err()
 }
 
 /// A space wrote a file folio (the frame's bit is set) and unmaps it — the last pte — while
@@ -81,7 +71,7 @@ fn first_map_racing_the_last_unmap(first_map: fn(&quire::mem::Folio) -> bool) {
 
 #[test]
 fn a_first_mapping_never_clears_a_bit_the_last_unmap_is_to_test() {
-    builder().check(|| first_map_racing_the_last_unmap(model::first_map));
+    model(|| first_map_racing_the_last_unmap(model::first_map));
 }
 
 #[test]
@@ -135,7 +125,7 @@ fn add_to_swap_racing_the_last_unmap(add_to_swap: fn(&quire::mem::Folio) -> u8) 
 
 #[test]
 fn the_last_unmap_and_add_to_swap_agree_on_the_fate() {
-    builder().check(|| add_to_swap_racing_the_last_unmap(model::add_to_swap));
+    model(|| add_to_swap_racing_the_last_unmap(model::add_to_swap));
 }
 
 #[test]
@@ -198,7 +188,7 @@ fn write_fault(f: &quire::mem::Folio) -> bool {
 
 #[test]
 fn a_zero_copy_reader_and_a_write_fault_see_each_other() {
-    builder().check(|| reader_racing_a_write_fault(write_fault));
+    model(|| reader_racing_a_write_fault(write_fault));
 }
 
 #[test]

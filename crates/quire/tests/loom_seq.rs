@@ -26,18 +26,8 @@ use loom::thread;
 use quire::mem::{Folio, FramePool, FRAME_SIZE};
 use quire::mm::model;
 
-fn builder() -> loom::model::Builder {
-    let mut b = loom::model::Builder::new();
-    if b.preemption_bound.is_none() {
-        b.preemption_bound = Some(3);
-    }
-    b
-}
-
-/// Whether `model` panics in some interleaving.
-fn fails(model: impl Fn() + Sync + Send + 'static) -> bool {
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| builder().check(model))).is_err()
-}
+mod loom_support;
+use loom_support::{fails, model};
 
 /// A one-frame pool without order-0 caches: a freed frame is the next one allocated.
 fn pool() -> Arc<FramePool> {
@@ -133,7 +123,7 @@ fn write_in_place(freeze: unsafe fn(&Folio, u32) -> bool, retry: fn(&Folio, u32)
 
 #[test]
 fn reader_against_an_in_place_write() {
-    builder().check(|| write_in_place(Folio::try_freeze, retry));
+    model(|| write_in_place(Folio::try_freeze, retry));
 }
 
 #[test]
@@ -180,7 +170,7 @@ fn free_and_reuse(alloc: for<'p> fn(&'p FramePool) -> Option<quire::mem::FolioRe
 
 #[test]
 fn reader_against_free_and_reuse() {
-    builder().check(|| free_and_reuse(|pool| pool.alloc(0)));
+    model(|| free_and_reuse(|pool| pool.alloc(0)));
 }
 
 #[test]
@@ -221,7 +211,7 @@ fn write_fault(bump: fn(&Folio)) {
 
 #[test]
 fn reader_against_a_write_fault() {
-    builder().check(|| write_fault(|f| f.model_seq_bump()));
+    model(|| write_fault(|f| f.model_seq_bump()));
 }
 
 #[test]
@@ -279,7 +269,7 @@ fn translation_against_removal(remove: fn(&Folio)) {
 
 #[test]
 fn translation_against_a_removal() {
-    builder().check(|| translation_against_removal(|f| f.model_seq_bump()));
+    model(|| translation_against_removal(|f| f.model_seq_bump()));
 }
 
 #[test]

@@ -10,13 +10,8 @@ use loom::thread;
 use quire::sync::rcu;
 use quire::xarray::{Entry, XArray};
 
-fn builder() -> loom::model::Builder {
-    let mut b = loom::model::Builder::new();
-    if b.preemption_bound.is_none() {
-        b.preemption_bound = Some(3);
-    }
-    b
-}
+mod loom_support;
+use loom_support::{fails, model};
 
 /// A reader loads index 0 and index 5 while the writer erases 5 — which deletes a leaf and
 /// shrinks the tree twice, moving the entry of index 0 into the head — and then stores over
@@ -24,7 +19,7 @@ fn builder() -> loom::model::Builder {
 /// it sees the new value of 0, index 5 is gone.
 #[test]
 fn reader_races_erase_shrink_and_store() {
-    builder().check(|| {
+    model(|| {
         let xa: Arc<XArray<Box<u64>>> = Arc::new(XArray::new());
         xa.store(0, Some(Entry::Value(10))).unwrap();
         xa.store(5, Some(Entry::Value(50))).unwrap();
@@ -71,7 +66,7 @@ impl Drop for Item {
 /// or a change.
 #[test]
 fn pointer_stays_valid_while_the_writer_replaces_it_and_shrinks() {
-    builder().check(|| {
+    model(|| {
         let freed1 = Arc::new(AtomicBool::new(false));
         let freed2 = Arc::new(AtomicBool::new(false));
         let xa: Arc<XArray<Box<Item>>> = Arc::new(XArray::new());
@@ -138,35 +133,34 @@ fn pointer_stays_valid_while_the_writer_replaces_it_and_shrinks() {
 /// something else.
 #[test]
 fn reader_of_a_sibling_races_a_multi_index_store() {
-    builder().check(|| {
+    model(|| {
         let xa: Arc<XArray<Box<u64>>> = Arc::new(XArray::new());
         xa.store(4, Some(Entry::Value(4))).unwrap();
         xa.store(5, Some(Entry::Value(5))).unwrap();
-        let writer = {
+        // The reader is the spawned thread (see tests/loom_support/mod.rs).
+        let reader = {
             let xa = xa.clone();
             thread::spawn(move || {
-                xa.store_order(4, 1, Some(Entry::Value(45))).unwrap();
+                let g = rcu::pin();
+                let got = xa.load(5, &g).and_then(|e| e.value());
+                assert!(got == Some(5) || got == Some(45), "index 5 read {got:?}");
+                let first: Vec<(u64, Option<u64>)> = xa
+                    .range(0, 8, &g)
+                    .map(|f| (f.index, f.entry.value()))
+                    .collect();
+                // Entries replaced while the iteration runs may or may not be seen; nothing
+                // else may appear, and nothing twice.
+                assert!(
+                    first == vec![(4, Some(4)), (5, Some(5))]
+                        || first == vec![(4, Some(4))]
+                        || first == vec![(4, Some(45))]
+                        || first == vec![(4, Some(45)), (5, Some(5))],
+                    "iteration saw {first:?}"
+                );
             })
         };
-        {
-            let g = rcu::pin();
-            let got = xa.load(5, &g).and_then(|e| e.value());
-            assert!(got == Some(5) || got == Some(45), "index 5 read {got:?}");
-            let first: Vec<(u64, Option<u64>)> = xa
-                .range(0, 8, &g)
-                .map(|f| (f.index, f.entry.value()))
-                .collect();
-            // Entries replaced while the iteration runs may or may not be seen; nothing else
-            // may appear, and nothing twice.
-            assert!(
-                first == vec![(4, Some(4)), (5, Some(5))]
-                    || first == vec![(4, Some(4))]
-                    || first == vec![(4, Some(45))]
-                    || first == vec![(4, Some(45)), (5, Some(5))],
-                "iteration saw {first:?}"
-            );
-        }
-        writer.join().unwrap();
+        xa.store_order(4, 1, Some(Entry::Value(45))).unwrap();
+        reader.join().unwrap();
     });
 }
 
@@ -177,7 +171,7 @@ fn reader_of_a_sibling_races_a_multi_index_store() {
 /// re-checks through its cursor: the stale slot holds a retry entry.
 #[test]
 fn reload_after_removal_never_returns_the_stale_pointer() {
-    builder().check(|| {
+    model(|| {
         let freed = Arc::new(AtomicBool::new(false));
         let done = Arc::new(AtomicBool::new(false));
         let xa: Arc<XArray<Box<Item>>> = Arc::new(XArray::new());
@@ -221,29 +215,74 @@ fn reload_after_removal_never_returns_the_stale_pointer() {
 /// whole entry or disjoint pieces of it.
 #[test]
 fn reader_races_a_split() {
-    builder().check(|| {
+    model(|| {
         let xa: Arc<XArray<std::sync::Arc<u64>>> = Arc::new(XArray::new());
         // Order 3 with 4-slot nodes: two slots of a shift-2 node.
         xa.store_order(8, 3, Some(Entry::Value(8))).unwrap();
-        let writer = {
+        // The reader is the spawned thread (see tests/loom_support/mod.rs).
+        let reader = {
             let xa = xa.clone();
-            thread::spawn(move || xa.split(13, 0).unwrap())
+            thread::spawn(move || {
+                let g = rcu::pin();
+                assert_eq!(xa.load(13, &g).and_then(|e| e.value()), Some(8));
+                let mut next = 8;
+                for f in xa.range(0, 100, &g) {
+                    assert_eq!(f.entry.value(), Some(8));
+                    assert!(f.index >= next, "pieces overlap");
+                    assert!(f.last() <= 15);
+                    next = f.last() + 1;
+                }
+            })
         };
-        {
-            let g = rcu::pin();
-            assert_eq!(xa.load(13, &g).and_then(|e| e.value()), Some(8));
-            let mut next = 8;
-            for f in xa.range(0, 100, &g) {
-                assert_eq!(f.entry.value(), Some(8));
-                assert!(f.index >= next, "pieces overlap");
-                assert!(f.last() <= 15);
-                next = f.last() + 1;
-            }
-        }
-        writer.join().unwrap();
+        xa.split(13, 0).unwrap();
+        reader.join().unwrap();
         let g = rcu::pin();
         assert_eq!(xa.range(0, 100, &g).count(), 8);
     });
+}
+
+/// An iteration that starts inside an entry follows a sibling slot to the entry's canonical
+/// slot while a split turns the entry into pieces that keep its word: the order read after the
+/// step may be a piece's that does not cover the start. The iterator must look again instead of
+/// reporting a piece that ends before its start (the CI failure of stop 17, found by
+/// `xarray_stress`).
+fn iteration_from_inside_an_entry(broken: bool) {
+    let xa: Arc<XArray<std::sync::Arc<u64>>> = Arc::new(XArray::new());
+    // Order 3 with 4-slot nodes: a canonical slot (8..=11) and a sibling (12..=15) in a
+    // shift-2 node; split to order 2, both slots hold the entry's word.
+    xa.store_order(8, 3, Some(Entry::Value(8))).unwrap();
+    let reader = {
+        let xa = xa.clone();
+        thread::spawn(move || {
+            let g = rcu::pin();
+            let mut it = if broken {
+                xa.broken_range_without_cover_check(13, 100, &g)
+            } else {
+                xa.range(13, 100, &g)
+            };
+            let f = it.next().expect("the entry or its piece covers 13");
+            assert_eq!(f.entry.value(), Some(8));
+            assert!(
+                f.index <= 13 && f.last() >= 13,
+                "reported {}+{} for a range that starts at 13",
+                f.index,
+                f.order
+            );
+            assert!(it.next().is_none());
+        })
+    };
+    xa.split(13, 2).unwrap();
+    reader.join().unwrap();
+}
+
+#[test]
+fn iteration_from_inside_an_entry_races_a_split_that_keeps_the_word() {
+    model(|| iteration_from_inside_an_entry(false));
+}
+
+#[test]
+fn the_model_catches_an_iteration_without_the_cover_check() {
+    assert!(fails(|| iteration_from_inside_an_entry(true)));
 }
 
 /// The insert of technique 4 over a larger shadow drops the lock to allocate the split's nodes;
@@ -252,7 +291,7 @@ fn reader_races_a_split() {
 /// replaced; the end state is one of the two serial orders.
 #[test]
 fn add_over_a_larger_shadow_races_a_writer_that_replaces_it() {
-    builder().check(|| {
+    model(|| {
         let xa: Arc<XArray<Box<u64>>> = Arc::new(XArray::new());
         // Order 3 with 4-slot nodes: two slots of a shift-2 node; splitting it to order 0
         // needs two nodes, allocated outside the lock.

@@ -90,6 +90,9 @@ pub struct Iter<'g, P: XaPointer> {
     resume: Option<u64>,
     /// The index after the last entry returned: nothing before it is returned again.
     floor: Option<u64>,
+    /// Loom-only: skip the cover check in `found` (a deliberately broken variant).
+    #[cfg(loom)]
+    pub(super) broken_no_cover_check: bool,
 }
 
 impl<'g, P: XaPointer> Iter<'g, P> {
@@ -116,6 +119,8 @@ impl<'g, P: XaPointer> Iter<'g, P> {
             },
             resume: if start > max { None } else { Some(start) },
             floor: None,
+            #[cfg(loom)]
+            broken_no_cover_check: false,
         }
     }
 
@@ -151,6 +156,18 @@ impl<'g, P: XaPointer> Iter<'g, P> {
             // A writer is replacing the entry (canonical slot first, then its siblings): the
             // siblings counted may be the new entry's. Look again.
             self.idx = self.idx.max(index);
+            self.state = IterState::Seek;
+            return None;
+        }
+        #[cfg(loom)]
+        let check_cover = !self.broken_no_cover_check;
+        #[cfg(not(loom))]
+        let check_cover = true;
+        if check_cover && index + span(order) < self.idx {
+            // Reached from a sibling while seeking, and a split that keeps the word (pieces of
+            // the same entry, one level) has shortened the run since the step: the order read
+            // is a piece's that ends before the index sought. The piece covering it is in
+            // another slot now; look again. (A scan reaches canonical slots past `idx` only.)
             self.state = IterState::Seek;
             return None;
         }
