@@ -350,3 +350,75 @@ fn reference_free_hits_never_keep_a_torn_or_foreign_copy() {
     drop((f, other));
     check_no_leak(&cache, "reference-free hits");
 }
+
+/// A file's pages, each filled with a byte naming the file and the page.
+fn tagged(file: usize, pages: usize) -> Vec<u8> {
+    let mut v = vec![0u8; pages * PAGE];
+    for (p, page) in v.chunks_mut(PAGE).enumerate() {
+        page.fill((file * 31 + p * 7) as u8 | 1);
+    }
+    v
+}
+
+/// The handles' hits go through the thread's own translations, keyed by the file: with more
+/// files than slots (so files share slots), in two caches open at once, and after a cache is
+/// dropped and another made in its place, every read on the thread returns its own file's
+/// bytes — through `read_at` and through `read_folio`.
+#[test]
+fn a_threads_translations_never_serve_another_file_or_cache() {
+    const FILES: usize = 300;
+    const PAGES: usize = 16;
+    let mut rng = Rng(0x007a_b1e5);
+    let mut buf = vec![0u8; PAGE];
+    let mut check = |files: &[quire::filemap::CachedFile], base: usize, rng: &mut Rng| {
+        for _ in 0..20_000 {
+            let i = rng.below(files.len());
+            let p = rng.below(PAGES);
+            let want = ((base + i) * 31 + p * 7) as u8 | 1;
+            if rng.below(2) == 0 {
+                let n = rng.range(1, PAGE);
+                files[i]
+                    .read_exact_at((p * PAGE) as u64, &mut buf[..n])
+                    .unwrap();
+                assert!(
+                    buf[..n].iter().all(|&b| b == want),
+                    "file {} page {p}: read_at gave another file's bytes",
+                    base + i
+                );
+            } else {
+                let f = files[i].read_folio(p as u64).unwrap();
+                let at = (p - f.index() as usize) * PAGE;
+                let bytes = f.bytes().unwrap();
+                assert!(
+                    bytes[at..at + PAGE].iter().all(|&b| b == want),
+                    "file {} page {p}: read_folio gave another file's bytes",
+                    base + i
+                );
+            }
+        }
+    };
+    let open = |cache: &PageCache, base: usize| -> Vec<quire::filemap::CachedFile> {
+        (0..FILES)
+            .map(|i| {
+                cache
+                    .open(Arc::new(MemStore::from_vec(tagged(base + i, PAGES))))
+                    .unwrap()
+            })
+            .collect()
+    };
+    let size = 2 * FILES * PAGES * PAGE;
+    let a = PageCache::new(quiet_config(size)).unwrap();
+    let b = PageCache::new(quiet_config(size)).unwrap();
+    let fa = open(&a, 0);
+    let fb = open(&b, FILES);
+    check(&fa, 0, &mut rng);
+    check(&fb, FILES, &mut rng);
+    drop(fa);
+    drop(a);
+    // A new cache, perhaps at the old one's addresses, and new files: the thread's slots still
+    // hold translations of the dropped files, which must never match.
+    let c = PageCache::new(quiet_config(size)).unwrap();
+    let fc = open(&c, 2 * FILES);
+    check(&fc, 2 * FILES, &mut rng);
+    check(&fb, FILES, &mut rng);
+}

@@ -28,6 +28,9 @@ pub(crate) use hit::Translation;
 
 pub(crate) struct Mapping {
     pub(crate) id: usize,
+    /// Names this mapping among every mapping of every cache the process ever made (never
+    /// reused, never 0): the key of a thread's translations (`hit.rs`), which may outlive it.
+    pub(crate) uid: u64,
     pub(crate) cache: Arc<Cache>,
     pub(crate) store: Box<dyn Store>,
     pub(crate) pages: XArray<FolioPtr>,
@@ -139,6 +142,7 @@ impl Mapping {
         let pages = XArray::with_node_list(cache.vm.shadow_nodes().clone(), id);
         Arc::new_cyclic(|this| Mapping {
             id,
+            uid: hit::next_uid(),
             cache,
             store,
             pages,

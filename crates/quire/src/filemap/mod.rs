@@ -704,21 +704,40 @@ impl CachedFile {
     /// takes the full path. [`CachedFile::reader`] saves the read-side critical section each
     /// call enters too.
     #[doc(alias = "filemap_read")]
+    #[inline]
     pub fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        // The thread's translation first, inline in the caller: a hit on a folio this thread
+        // found before costs no walk, no pin and no call.
+        let m = &*self.mapping;
+        if let Some(t) = m.thread_translation(offset >> FRAME_SHIFT) {
+            if let Some(n) =
+                m.read_at_translated(&self.ra, &t, offset, buf, |end| self.ra.swap_read_end(end))
+            {
+                crate::stats::count(crate::stats::Event::PageCacheHits);
+                return Ok(n);
+            }
+        }
+        self.read_at_untranslated(offset, buf)
+    }
+
+    /// [`CachedFile::read_at`] when the thread's translation did not serve: a hit found by a
+    /// walk under a pin (its translation kept for the next time), or the full path.
+    #[inline(never)]
+    fn read_at_untranslated(&self, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        let m = &*self.mapping;
         let hit = {
             let guard = crate::sync::rcu::pin();
-            self.mapping
-                .read_at_hit(&self.ra, offset, buf, &guard, |end| {
-                    self.ra.swap_read_end(end)
-                })
-        }
-        .map(|(n, _)| n);
+            m.read_at_hit(&self.ra, offset, buf, &guard, |end| {
+                self.ra.swap_read_end(end)
+            })
+        };
         match hit {
-            Some(n) => {
+            Some((n, t)) => {
+                m.remember_translation(&t);
                 crate::stats::count(crate::stats::Event::PageCacheHits);
                 Ok(n)
             }
-            None => self.mapping.read_at(&self.ra, offset, buf),
+            None => m.read_at(&self.ra, offset, buf),
         }
     }
 
@@ -744,7 +763,25 @@ impl CachedFile {
     /// Fails past the end of the file with an `UnexpectedEof` store error.
     #[doc(alias = "read_cache_folio")]
     pub fn read_folio(&self, index: u64) -> Result<FolioRef<'_>> {
-        self.mapping.read_folio(&self.ra, index)
+        let m = &*self.mapping;
+        if let Some(t) = m.thread_translation(index) {
+            if let Some(f) = m.read_folio_translated(&self.ra, &t, index) {
+                crate::stats::count(crate::stats::Event::PageCacheHits);
+                return Ok(f);
+            }
+        }
+        let hit = {
+            let guard = crate::sync::rcu::pin();
+            m.read_folio_hit(&self.ra, index, &guard)
+        };
+        match hit {
+            Some((f, t)) => {
+                m.remember_translation(&t);
+                crate::stats::count(crate::stats::Event::PageCacheHits);
+                Ok(f)
+            }
+            None => m.read_folio(&self.ra, index),
+        }
     }
 
     /// [`CachedFile::read_folio`] as an [`OwnedFolio`]: a reference that borrows neither this

@@ -203,19 +203,19 @@ impl Readahead {
     #[inline]
     pub fn swap_read_end(&self, end: u64) -> Option<u64> {
         let key = self as *const Readahead as usize;
-        READ_ENDS.with(|slots| {
-            let mut s = slots.get();
-            let found = s.ends.iter().position(|&(k, _)| k == key);
+        READ_ENDS.with(|s| {
+            // Cell by cell: copying the whole table in and out cost a store-forwarding stall
+            // per read (`docs/BENCHMARKS.md`, issue 12).
+            let found = s.ends.iter().position(|e| e.get().0 == key);
             let (slot, prev) = match found {
-                Some(i) => (i, Some(s.ends[i].1)),
+                Some(i) => (i, Some(s.ends[i].get().1)),
                 None => {
-                    let i = s.next as usize % READ_END_SLOTS;
-                    s.next = s.next.wrapping_add(1);
-                    (i, None)
+                    let next = s.next.get();
+                    s.next.set(next.wrapping_add(1));
+                    (next as usize % READ_END_SLOTS, None)
                 }
             };
-            s.ends[slot] = (key, end);
-            slots.set(s);
+            s.ends[slot].set((key, end));
             prev
         })
     }
@@ -250,15 +250,14 @@ const READ_END_SLOTS: usize = 4;
 /// A thread's last read ends: `(handle address, end byte)` pairs, replaced round robin. A handle
 /// dropped and another allocated at its address inherits a stale end, which can only skip one
 /// access marking: harmless.
-#[derive(Clone, Copy)]
 struct ReadEnds {
-    ends: [(usize, u64); READ_END_SLOTS],
-    next: u8,
+    ends: [Cell<(usize, u64)>; READ_END_SLOTS],
+    next: Cell<u8>,
 }
 
 thread_local! {
-    static READ_ENDS: std::cell::Cell<ReadEnds> = const {
-        std::cell::Cell::new(ReadEnds { ends: [(0, 0); READ_END_SLOTS], next: 0 })
+    static READ_ENDS: ReadEnds = const {
+        ReadEnds { ends: [const { Cell::new((0, 0)) }; READ_END_SLOTS], next: Cell::new(0) }
     };
 }
 
@@ -283,6 +282,8 @@ pub fn folio_orders(start: u64, nr: u64, max_order: u32) -> Vec<(u64, u32)> {
     }
     out
 }
+
+use std::cell::Cell;
 
 use crate::sync::loom::{Mutex, MutexGuard};
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -1,13 +1,17 @@
 //! The hit paths of a read (issue 12): a cached folio found and used without the full path —
 //! for copies without taking a reference (the folio's byte sequence vouches for the copy), and
-//! through the [`Translation`]s a [`crate::filemap::FileReader`] keeps, without an index walk.
+//! through [`Translation`]s, without an index walk: those a [`crate::filemap::FileReader`]
+//! keeps, and each thread's own for the handles' hits ([`Mapping::thread_translation`]).
 //! See "Reference-free hits" and "Translations" in `docs/ARCHITECTURE.md`.
 
+use std::cell::Cell;
 use std::ptr;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::{continues_in, Mapping};
 use crate::filemap::readahead::Readahead;
 use crate::filemap::PAGE_SIZE;
+use crate::mem::buddy::MAX_ORDER;
 use crate::mem::folio::{Folio, FolioRef, FRAME_SHIFT, ORDER_MASK, ORDER_SHIFT, READAHEAD};
 use crate::sync::rcu;
 use crate::xarray::Entry;
@@ -235,5 +239,95 @@ impl Translation<'_> {
     #[inline]
     fn current(&self) -> bool {
         matches!(self.folio.read_seq_begin(), Some((s, flags)) if s == self.seq && flags & READAHEAD == 0)
+    }
+}
+
+/// A translation as a thread keeps it for the handles' hits: the parts of a [`Translation`],
+/// without its borrow, and the mapping it belongs to.
+#[derive(Clone, Copy)]
+struct ThreadSlot {
+    /// [`Mapping::uid`] of the mapping whose translation this is; 0 for an empty slot.
+    uid: u64,
+    folio: *const Folio,
+    seq: u32,
+    start: u64,
+    frames: u64,
+    bytes: *const u8,
+}
+
+const EMPTY_SLOT: ThreadSlot = ThreadSlot {
+    uid: 0,
+    folio: ptr::null(),
+    seq: 0,
+    start: 0,
+    frames: 0,
+    bytes: ptr::null(),
+};
+
+/// Translations each thread keeps for the handles' hits (12 KiB a thread), one slot per
+/// 2^[`MAX_ORDER`] pages of a file, the slot chosen by the page and the file together.
+pub(crate) const THREAD_TRANSLATIONS: usize = 256;
+
+thread_local! {
+    /// The thread's translations ([`Mapping::thread_translation`]): const-initialised and
+    /// without a destructor, so that reaching them is an offset from the thread pointer.
+    static THREAD_TLB: [Cell<ThreadSlot>; THREAD_TRANSLATIONS] =
+        const { [const { Cell::new(EMPTY_SLOT) }; THREAD_TRANSLATIONS] };
+}
+
+/// The source of [`Mapping::uid`]s.
+static NEXT_UID: AtomicU64 = AtomicU64::new(1);
+
+/// A new [`Mapping::uid`].
+pub(super) fn next_uid() -> u64 {
+    NEXT_UID.fetch_add(1, Ordering::Relaxed)
+}
+
+/// The thread slot of page `index` of the mapping `uid`.
+#[inline]
+fn thread_slot(uid: u64, index: u64) -> usize {
+    // Files opened one after another get neighbouring uids: spread them over the slots.
+    let file = uid.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40;
+    ((index >> MAX_ORDER) ^ file) as usize % THREAD_TRANSLATIONS
+}
+
+impl Mapping {
+    /// The calling thread's translation for page `index` of this file, if it keeps one there
+    /// (for the handles' hits: [`crate::filemap::CachedFile::read_at`] and `read_folio`). It
+    /// may be of another folio of the file or out of date: the translated paths check both.
+    #[inline]
+    pub(crate) fn thread_translation(&self, index: u64) -> Option<Translation<'_>> {
+        let s = THREAD_TLB.with(|tlb| tlb[thread_slot(self.uid, index)].get());
+        if s.uid != self.uid {
+            return None;
+        }
+        // SAFETY: the slot was filled by `remember_translation` from a translation of this
+        // very mapping (uids are never reused, so a dropped mapping's slots never match
+        // another's), which named a descriptor of this mapping's pool. The pool lives as long
+        // as the cache, which this mapping (borrowed by the caller) keeps alive, and
+        // descriptors live as long as the pool; what the descriptor describes now is the
+        // sequence's to say.
+        let folio = unsafe { &*s.folio };
+        Some(Translation {
+            folio,
+            seq: s.seq,
+            start: s.start,
+            frames: s.frames,
+            bytes: s.bytes,
+        })
+    }
+
+    /// Keeps `t`, a translation of this file, as the calling thread's for its pages.
+    #[inline]
+    pub(crate) fn remember_translation(&self, t: &Translation<'_>) {
+        let s = ThreadSlot {
+            uid: self.uid,
+            folio: t.folio,
+            seq: t.seq,
+            start: t.start,
+            frames: t.frames,
+            bytes: t.bytes,
+        };
+        THREAD_TLB.with(|tlb| tlb[thread_slot(self.uid, t.start)].set(s));
     }
 }
