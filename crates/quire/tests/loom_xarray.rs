@@ -210,79 +210,78 @@ fn reload_after_removal_never_returns_the_stale_pointer() {
     });
 }
 
+type SplitXa = XArray<std::sync::Arc<u64>>;
+
+/// An entry of order 3 at 8 (with 4-slot nodes: a canonical slot for 8..=11 and a sibling for
+/// 12..=15 in a shift-2 node) split at 13 into pieces of `order` while a spawned reader (see
+/// tests/loom_support/mod.rs) runs `read` under a guard. Returns the array after both.
+fn split_races(order: u32, read: fn(&SplitXa, &rcu::Guard)) -> Arc<SplitXa> {
+    let xa: Arc<SplitXa> = Arc::new(XArray::new());
+    xa.store_order(8, 3, Some(Entry::Value(8))).unwrap();
+    let reader = {
+        let xa = xa.clone();
+        thread::spawn(move || read(&xa, &rcu::pin()))
+    };
+    xa.split(13, order).unwrap();
+    reader.join().unwrap();
+    xa
+}
+
 /// A split (its nodes allocated outside the lock, then linked siblings first) races a reader:
 /// every index of the entry reads the same value throughout, and an iteration reports the
 /// whole entry or disjoint pieces of it.
 #[test]
 fn reader_races_a_split() {
     model(|| {
-        let xa: Arc<XArray<std::sync::Arc<u64>>> = Arc::new(XArray::new());
-        // Order 3 with 4-slot nodes: two slots of a shift-2 node.
-        xa.store_order(8, 3, Some(Entry::Value(8))).unwrap();
-        // The reader is the spawned thread (see tests/loom_support/mod.rs).
-        let reader = {
-            let xa = xa.clone();
-            thread::spawn(move || {
-                let g = rcu::pin();
-                assert_eq!(xa.load(13, &g).and_then(|e| e.value()), Some(8));
-                let mut next = 8;
-                for f in xa.range(0, 100, &g) {
-                    assert_eq!(f.entry.value(), Some(8));
-                    assert!(f.index >= next, "pieces overlap");
-                    assert!(f.last() <= 15);
-                    next = f.last() + 1;
-                }
-            })
-        };
-        xa.split(13, 0).unwrap();
-        reader.join().unwrap();
+        let xa = split_races(0, |xa, g| {
+            assert_eq!(xa.load(13, g).and_then(|e| e.value()), Some(8));
+            let mut next = 8;
+            for f in xa.range(0, 100, g) {
+                assert_eq!(f.entry.value(), Some(8));
+                assert!(f.index >= next, "pieces overlap");
+                assert!(f.last() <= 15);
+                next = f.last() + 1;
+            }
+        });
         let g = rcu::pin();
         assert_eq!(xa.range(0, 100, &g).count(), 8);
     });
 }
 
 /// An iteration that starts inside an entry follows a sibling slot to the entry's canonical
-/// slot while a split turns the entry into pieces that keep its word: the order read after the
-/// step may be a piece's that does not cover the start. The iterator must look again instead of
-/// reporting a piece that ends before its start (the CI failure of stop 17, found by
-/// `xarray_stress`).
-fn iteration_from_inside_an_entry(broken: bool) {
-    let xa: Arc<XArray<std::sync::Arc<u64>>> = Arc::new(XArray::new());
-    // Order 3 with 4-slot nodes: a canonical slot (8..=11) and a sibling (12..=15) in a
-    // shift-2 node; split to order 2, both slots hold the entry's word.
-    xa.store_order(8, 3, Some(Entry::Value(8))).unwrap();
-    let reader = {
-        let xa = xa.clone();
-        thread::spawn(move || {
-            let g = rcu::pin();
-            let mut it = if broken {
-                xa.broken_range_without_cover_check(13, 100, &g)
-            } else {
-                xa.range(13, 100, &g)
-            };
-            let f = it.next().expect("the entry or its piece covers 13");
-            assert_eq!(f.entry.value(), Some(8));
-            assert!(
-                f.index <= 13 && f.last() >= 13,
-                "reported {}+{} for a range that starts at 13",
-                f.index,
-                f.order
-            );
-            assert!(it.next().is_none());
-        })
+/// slot while a split to order 2 turns the entry into pieces that keep its word: the order read
+/// after the step may be a piece's that does not cover the start. The iterator must look again
+/// instead of reporting a piece that ends before its start (the CI failure of stop 17, found
+/// by `xarray_stress`).
+fn iteration_from_inside_an_entry(xa: &SplitXa, g: &rcu::Guard, broken: bool) {
+    let mut it = if broken {
+        xa.broken_range_without_cover_check(13, 100, g)
+    } else {
+        xa.range(13, 100, g)
     };
-    xa.split(13, 2).unwrap();
-    reader.join().unwrap();
+    let f = it.next().expect("the entry or its piece covers 13");
+    assert_eq!(f.entry.value(), Some(8));
+    assert!(
+        f.index <= 13 && f.last() >= 13,
+        "reported {}+{} for a range that starts at 13",
+        f.index,
+        f.order
+    );
+    assert!(it.next().is_none());
 }
 
 #[test]
 fn iteration_from_inside_an_entry_races_a_split_that_keeps_the_word() {
-    model(|| iteration_from_inside_an_entry(false));
+    model(|| {
+        split_races(2, |xa, g| iteration_from_inside_an_entry(xa, g, false));
+    });
 }
 
 #[test]
 fn the_model_catches_an_iteration_without_the_cover_check() {
-    assert!(fails(|| iteration_from_inside_an_entry(true)));
+    assert!(fails(|| {
+        split_races(2, |xa, g| iteration_from_inside_an_entry(xa, g, true));
+    }));
 }
 
 /// The insert of technique 4 over a larger shadow drops the lock to allocate the split's nodes;
