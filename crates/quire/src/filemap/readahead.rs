@@ -203,21 +203,28 @@ impl Readahead {
     #[inline]
     pub fn swap_read_end(&self, end: u64) -> Option<u64> {
         let key = self as *const Readahead as usize;
-        READ_ENDS.with(|s| {
-            // Cell by cell: copying the whole table in and out cost a store-forwarding stall
-            // per read (`docs/BENCHMARKS.md`, issue 12).
-            let found = s.ends.iter().position(|e| e.get().0 == key);
-            let (slot, prev) = match found {
-                Some(i) => (i, Some(s.ends[i].get().1)),
-                None => {
-                    let next = s.next.get();
-                    s.next.set(next.wrapping_add(1));
-                    (next as usize % READ_END_SLOTS, None)
-                }
-            };
-            s.ends[slot].set((key, end));
-            prev
-        })
+        // Only the table's address comes out of `with`: a closure that small is inlined, and
+        // the thread-local is then reached by an offset from the thread pointer, not by a call
+        // through the key (a quarter of a 64-byte hit's time at 256 MiB, `docs/BENCHMARKS.md`).
+        let s: &ReadEnds = READ_ENDS.with(|s| {
+            // SAFETY: a const-initialised thread-local without a destructor lives as long as
+            // its thread; the table is `!Sync` (cells), so the reference stays on this thread,
+            // and it is used only within this call.
+            unsafe { &*(s as *const ReadEnds) }
+        });
+        // Cell by cell: copying the whole table in and out cost a store-forwarding stall per
+        // read (`docs/BENCHMARKS.md`, issue 12).
+        let found = s.ends.iter().position(|e| e.get().0 == key);
+        let (slot, prev) = match found {
+            Some(i) => (i, Some(s.ends[i].get().1)),
+            None => {
+                let next = s.next.get();
+                s.next.set(next.wrapping_add(1));
+                (next as usize % READ_END_SLOTS, None)
+            }
+        };
+        s.ends[slot].set((key, end));
+        prev
     }
 
     fn locked(&self) -> MutexGuard<'_, RaState> {

@@ -275,6 +275,22 @@ thread_local! {
         const { [const { Cell::new(EMPTY_SLOT) }; THREAD_TRANSLATIONS] };
 }
 
+/// The calling thread's translations, for the caller to use at once, on this thread.
+///
+/// Only the table's address comes out of `with`: a closure that small is inlined, and the
+/// thread-local is then reached by an offset from the thread pointer rather than by a call
+/// through the key (which cost a 64-byte hit at 256 MiB about a quarter of its time,
+/// `docs/BENCHMARKS.md`).
+#[inline]
+fn thread_tlb<'a>() -> &'a [Cell<ThreadSlot>; THREAD_TRANSLATIONS] {
+    THREAD_TLB.with(|tlb| {
+        // SAFETY: a const-initialised thread-local without a destructor lives as long as its
+        // thread. The table is `!Sync` (cells), so the reference cannot leave the thread, and
+        // both callers use it within the call.
+        unsafe { &*(tlb as *const [Cell<ThreadSlot>; THREAD_TRANSLATIONS]) }
+    })
+}
+
 /// The source of [`Mapping::uid`]s.
 static NEXT_UID: AtomicU64 = AtomicU64::new(1);
 
@@ -297,7 +313,7 @@ impl Mapping {
     /// may be of another folio of the file or out of date: the translated paths check both.
     #[inline]
     pub(crate) fn thread_translation(&self, index: u64) -> Option<Translation<'_>> {
-        let s = THREAD_TLB.with(|tlb| tlb[thread_slot(self.uid, index)].get());
+        let s = thread_tlb()[thread_slot(self.uid, index)].get();
         if s.uid != self.uid {
             return None;
         }
@@ -328,6 +344,6 @@ impl Mapping {
             frames: t.frames,
             bytes: t.bytes,
         };
-        THREAD_TLB.with(|tlb| tlb[thread_slot(self.uid, t.start)].set(s));
+        thread_tlb()[thread_slot(self.uid, t.start)].set(s);
     }
 }
