@@ -118,7 +118,11 @@ impl<'a> FileReader<'a> {
             return Ok(n);
         }
         let file = self.file;
-        let n = self.guard.repin_after(|| file.read_at(offset, buf))?;
+        // Straight to the full path: the reader has just tried both hits (its translation and
+        // a walk), which the handle's `read_at` would try again.
+        let n = self
+            .guard
+            .repin_after(|| file.mapping.read_at(&file.ra, offset, buf))?;
         if n > 0 {
             self.prev_end = Some(offset + n as u64);
         }
@@ -152,7 +156,9 @@ impl<'a> FileReader<'a> {
             return Ok(f);
         }
         let file = self.file;
-        self.guard.repin_after(|| file.read_folio(index))
+        // As in `read_at`: the full path, not the handle's hits again.
+        self.guard
+            .repin_after(|| file.mapping.read_folio(&file.ra, index))
     }
 
     /// The file read.
