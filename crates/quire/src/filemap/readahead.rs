@@ -163,7 +163,13 @@ pub struct Readahead {
     state: Mutex<RaState>,
     /// The last index read, `u64::MAX` for none.
     prev: CachePadded<AtomicU64>,
+    /// This handle's key in the threads' read-end tables: drawn from a process-wide counter
+    /// and never reused, so a handle opened where a dropped one lived inherits nothing.
+    id: u64,
 }
+
+/// The source of [`Readahead`] ids (0 marks an empty read-end slot).
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
 impl Readahead {
     /// A fresh state reading ahead at most `max_pages` pages at a time.
@@ -171,6 +177,7 @@ impl Readahead {
         Readahead {
             state: Mutex::new(RaState::new(max_pages)),
             prev: CachePadded::new(AtomicU64::new(u64::MAX)),
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
         }
     }
 
@@ -202,7 +209,7 @@ impl Readahead {
     /// [`Readahead::last_read`] does not move on random hits, so it cannot serve here).
     #[inline]
     pub fn swap_read_end(&self, end: u64) -> Option<u64> {
-        let key = self as *const Readahead as usize;
+        let key = self.id;
         // Only the table's address comes out of `with`: a closure that small is inlined, and
         // the thread-local is then reached by an offset from the thread pointer, not by a call
         // through the key (a quarter of a 64-byte hit's time at 256 MiB, `docs/BENCHMARKS.md`).
@@ -254,11 +261,12 @@ impl Readahead {
 /// Handles per thread whose last read end [`Readahead::swap_read_end`] remembers.
 const READ_END_SLOTS: usize = 4;
 
-/// A thread's last read ends: `(handle address, end byte)` pairs, replaced round robin. A handle
-/// dropped and another allocated at its address inherits a stale end, which can only skip one
-/// access marking: harmless.
+/// A thread's last read ends: `(handle id, end byte)` pairs, replaced round robin. Keyed by
+/// [`Readahead`]'s never-reused id rather than its address: a handle opened at a dropped one's
+/// address used to inherit its end and skip an access marking (which made the exact-count test
+/// `vmscan_workingset::a_refault_of_a_working_set_folio_is_a_restore` fail in release builds).
 struct ReadEnds {
-    ends: [Cell<(usize, u64)>; READ_END_SLOTS],
+    ends: [Cell<(u64, u64)>; READ_END_SLOTS],
     next: Cell<u8>,
 }
 
