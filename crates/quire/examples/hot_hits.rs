@@ -6,7 +6,8 @@
 //! `cargo run --release -p quire --example hot_hits -- MODE [MiB] [seconds]`: `ref` takes a
 //! zero-copy reference with `read_folio` and reads 64 bytes of the page, `read` copies the page
 //! with `read_at`, `reader-ref` and `reader-read` do the same through a `FileReader`, `read64` and
-//! `reader-read64` copy 64 bytes of the page with `read_at` (no reference taken on a hit); `bare` reads 64 bytes of a random page of a plain buffer of the same size
+//! `reader-read64` copy 64 bytes of the page with `read_at` (no reference taken on a hit), `with`
+//! reads 64 bytes of the page inside `with_folio` (a borrow without a reference); `bare` reads 64 bytes of a random page of a plain buffer of the same size
 //! (what a mapped file's hit costs, less its TLB), and `bare-atomics` does the same with an
 //! atomic increment before and a decrement after each read, on one of 128 counters (a reference
 //! get and put on a large folio, without the lookup). The data is `MiB` large (256 by default:
@@ -39,6 +40,7 @@ fn main() {
         "reader-read",
         "read64",
         "reader-read64",
+        "with",
     ];
     assert!(
         modes.contains(&mode.as_str()),
@@ -86,6 +88,15 @@ fn main() {
                     let mut head = [0u8; 64];
                     head.copy_from_slice(&bytes[at..at + 64]);
                     black_box(&head);
+                }
+                6 => {
+                    f.with_folio(idx, |bytes, first| {
+                        let at = ((idx - first) as usize) * PAGE;
+                        let mut head = [0u8; 64];
+                        head.copy_from_slice(&bytes[at..at + 64]);
+                        black_box(&head);
+                    })
+                    .expect("hit");
                 }
                 1 | 4 => {
                     f.read_at(idx * PAGE as u64, buf).expect("hit");

@@ -18,6 +18,9 @@
 //!     cache warmed by reading the whole file once, which lands it in large folios).
 //!   - `quire-ref`: [`CachedFile::read_folio`], then 64 bytes of the page read from the
 //!     zero-copy reference, which is then dropped.
+//!   - `quire-with-folio`: [`CachedFile::with_folio`], 64 bytes of the page read inside the
+//!     closure — the zero-copy borrow that takes no reference (the thread names the folio in a
+//!     slot of its own instead).
 //!   - `quire-reader-read`, `quire-reader-ref`: the same through a [`quire::filemap::FileReader`]
 //!     per thread (one read-side critical section kept across 64 hits).
 //!   - `quire-read-64`, `quire-reader-read-64`: a 64-byte [`CachedFile::read_at`] at the start of
@@ -80,9 +83,10 @@ pub(super) const CHUNK: usize = 1 << 20;
 /// Threads of the hot case.
 const HOT_THREADS: [usize; 2] = [1, 2];
 /// Variants of the hot case, in the order they run.
-const HOT_VARIANTS: [&str; 9] = [
+const HOT_VARIANTS: [&str; 10] = [
     "quire-read",
     "quire-ref",
+    "quire-with-folio",
     "quire-reader-read",
     "quire-reader-ref",
     "quire-read-64",
@@ -522,6 +526,14 @@ fn hot_random(b: &mut Bench, path: &Path, size: u64, content: &Content) -> anyho
             &file.read_folio(off / PAGE as u64)?,
             "quire-ref",
         )?;
+        let idx = off / PAGE as u64;
+        ensure!(
+            file.with_folio(idx, |bytes, first| {
+                let at = ((idx - first) as usize) * PAGE;
+                content.check_page(off, &bytes[at..at + PAGE])
+            })?,
+            "quire-with-folio: wrong data at {off}"
+        );
         reader.read_exact_at(off, &mut page)?;
         ensure!(
             content.check_page(off, &page),
@@ -573,6 +585,15 @@ fn hot_random(b: &mut Bench, path: &Path, size: u64, content: &Content) -> anyho
                         let mut head = [0u8; 64];
                         head.copy_from_slice(&bytes[at..at + 64]);
                         black_box(&head);
+                        Ok(())
+                    }),
+                    "quire-with-folio" => hot_loop(stop, &mut rng, pages, |idx, _| {
+                        file.with_folio(idx, |bytes, first| {
+                            let at = ((idx - first) as usize) * PAGE;
+                            let mut head = [0u8; 64];
+                            head.copy_from_slice(&bytes[at..at + 64]);
+                            black_box(&head);
+                        })?;
                         Ok(())
                     }),
                     "quire-reader-read" => {

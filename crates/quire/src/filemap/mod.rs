@@ -784,6 +784,57 @@ impl CachedFile {
         }
     }
 
+    /// Runs `f` on the bytes of the up-to-date folio holding page `index` and on the folio's
+    /// first page (page `index` starts at byte `(index - first) * 4096` of them), reading it
+    /// from the store if needed: [`CachedFile::read_folio`] for a borrow that ends with `f`.
+    /// Bytes past the end of the file read as zeros. Fails past the end of the file with an
+    /// `UnexpectedEof` store error.
+    ///
+    /// A hit through the calling thread's translation of the folio (any earlier hit on it
+    /// leaves one) takes no reference: the thread names the folio in a slot of its own, which
+    /// writers, eviction and the free look at (`mem/borrow.rs`), so the hit writes no line
+    /// another thread reads. Other calls (the first after a miss, a borrow inside `f`) take a
+    /// reference for the duration of `f`. Either way the bytes stay stable while `f` runs: a
+    /// write to the folio meanwhile (from another thread, or from `f` itself) goes to a copy,
+    /// and eviction passes it by. Nothing waits for a borrow to end, so `f` may block, but like
+    /// a reference a borrow keeps the folio's frames from being reused: keep it short.
+    ///
+    /// ```
+    /// use quire::{CacheConfig, MemStore, PageCache};
+    ///
+    /// # fn main() -> Result<(), quire::FilemapError> {
+    /// let cache = PageCache::new(CacheConfig::new(4 << 20))?;
+    /// let file = cache.open(MemStore::from_vec(b"hello".repeat(2000)))?;
+    /// let word = file.with_folio(1, |bytes, first| {
+    ///     let at = (1 - first) as usize * 4096;
+    ///     bytes[at..at + 5].to_vec()
+    /// })?;
+    /// assert_eq!(word, b"elloh", "byte 4096 is the second of a \"hello\"");
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[doc(alias = "filemap_read")]
+    #[inline]
+    pub fn with_folio<R>(&self, index: u64, f: impl FnOnce(&[u8], u64) -> R) -> Result<R> {
+        match self.mapping.with_folio_translated(&self.ra, index, f) {
+            Ok(r) => {
+                crate::stats::count(crate::stats::Event::PageCacheHits);
+                Ok(r)
+            }
+            Err(f) => self.with_folio_referenced(index, f),
+        }
+    }
+
+    /// [`CachedFile::with_folio`] through a reference: the walked hit, or the full path.
+    #[inline(never)]
+    fn with_folio_referenced<R>(&self, index: u64, f: impl FnOnce(&[u8], u64) -> R) -> Result<R> {
+        let folio = self.read_folio(index)?;
+        let bytes = folio
+            .bytes()
+            .expect("read_folio returns an up-to-date folio");
+        Ok(f(bytes, folio.index()))
+    }
+
     /// [`CachedFile::read_folio`] as an [`OwnedFolio`]: a reference that borrows neither this
     /// handle nor the cache (`'static`), for a zero-copy buffer that must outlive them or move
     /// across threads — with the `bytes` feature, `OwnedFolio::into_bytes`. Its bytes are

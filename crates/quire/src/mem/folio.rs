@@ -83,7 +83,9 @@
 //!      then writes an up-to-date folio in place. If other references exist the freeze fails
 //!      and the writer must wait for them or write a copy (copy-on-write).
 //!
-//! So an up-to-date folio's bytes never change under a reader that holds a reference. A file
+//! So an up-to-date folio's bytes never change under a reader that holds a reference — nor
+//! under a borrower that names the folio in its borrow slot (`mem/borrow.rs`): a freeze that
+//! finds one fails as if it were another reference, and a free is handed to it. A file
 //! folio that spaces of [`crate::mm`] map writable is written through raw pointers, outside
 //! these rules; the page cache keeps them by write-protecting the spaces' ptes before it lends
 //! a zero-copy reader the bytes, and a write fault that sees a reader's reference gives the
@@ -102,7 +104,7 @@
 //! |---|---|---|
 //! | freeze ([`Folio::try_freeze`]): an in-place write, an eviction | +1 (odd until the unfreeze) | bump, then a release fence before any write |
 //! | unfreeze ([`Folio::unfreeze`]) | +1 (even) | release: after the writes made while frozen |
-//! | free ([`FramePool`]'s free path, `reset_freed`) | +2 | release; every allocation issues a release fence before its owner writes the frames |
+//! | free ([`FramePool`]'s free path: `seq_retire` before it looks for borrowers, then `reset_freed`) | +2, and +2 again | release; every allocation issues a release fence before its owner writes the frames |
 //! | a space gets a writable pte (`seq_bump`, from `mm`) | +2 | release (after the mapcount went up), then a release fence before the space writes |
 //!
 //! A reader takes the sequence (acquire, odd = give up), then checks the flag word (up to date,
@@ -466,8 +468,9 @@ impl Folio {
         false
     }
 
-    /// Sets the count from `expected` to 0 if it is `expected`: nobody can take a new reference
-    /// until [`Folio::unfreeze`]. Acquire on success. Makes the byte sequence odd until the
+    /// Sets the count from `expected` to 0 if it is `expected` and no borrower names the folio
+    /// in its borrow slot (`mem/borrow.rs`; the freeze is then undone): nobody can take a new
+    /// reference or begin a borrow until [`Folio::unfreeze`]. Acquire on success. Makes the byte sequence odd until the
     /// unfreeze, so that reference-free readers throw away a copy the freezer's writes may tear.
     ///
     /// # Safety
@@ -496,11 +499,24 @@ impl Folio {
                 .refcount
                 .compare_exchange(expected, 0, Ordering::Acquire, Ordering::Relaxed)
                 .is_ok();
-        if frozen {
-            // Odd from here to the unfreeze.
-            self.seq.fetch_add(1, Ordering::Relaxed);
+        if !frozen {
+            return false;
         }
-        frozen
+        // Odd from here to the unfreeze.
+        self.seq.fetch_add(1, Ordering::Relaxed);
+        // A borrower without a reference (`mem/borrow.rs`) counts as one: after the fence in
+        // `borrowed`, either its check sees the odd sequence or the scan sees its slot.
+        #[cfg(loom)]
+        let scan = !super::borrow::broken::is(super::borrow::broken::FREEZE_SCAN);
+        #[cfg(not(loom))]
+        let scan = true;
+        if scan && super::borrow::borrowed(self) {
+            // Even again (two ahead of where it was), and the count back.
+            self.seq.fetch_add(1, Ordering::Release);
+            self.refcount.store(expected, Ordering::Release);
+            return false;
+        }
+        true
     }
 
     /// Ends a freeze: stores `count` (release).
@@ -556,6 +572,13 @@ impl Folio {
     pub(crate) fn seq_bump(&self) {
         self.seq.fetch_add(2, Ordering::Release);
         fence(Ordering::Release);
+    }
+
+    /// Advances the sequence by two as the folio's count reaches zero, before its free looks
+    /// for borrowers (`mem/borrow.rs`): a borrower that checks the folio after this backs off.
+    #[inline]
+    pub(crate) fn seq_retire(&self) {
+        self.seq.fetch_add(2, Ordering::Release);
     }
 
     // ---- owner ----

@@ -20,6 +20,11 @@
 //! assert_eq!(folio.bytes().unwrap()[0], 7);
 //! ```
 
+#[cfg(not(loom))]
+pub(crate) mod borrow;
+#[cfg(loom)]
+#[doc(hidden)]
+pub mod borrow;
 pub mod buddy;
 pub mod dirtybit;
 pub mod folio;

@@ -312,6 +312,17 @@ impl FramePool {
     /// Returns a folio whose last reference was just put.
     #[doc(alias = "free_unref_folios")]
     pub(crate) fn free_folio(&self, folio: &Folio) {
+        // A borrower without a reference (`mem/borrow.rs`) may still read the frames: the
+        // sequence moves (its check fails from here), and the free goes to the borrower if its
+        // slot names the folio; it calls this again when its borrow ends.
+        folio.seq_retire();
+        #[cfg(loom)]
+        let hand_off = !super::borrow::broken::is(super::borrow::broken::FREE_HAND_OFF);
+        #[cfg(not(loom))]
+        let hand_off = true;
+        if hand_off && super::borrow::hand_off_free(folio) {
+            return;
+        }
         let order = folio.reset_freed();
         let pfn = self.pfn_of_desc(folio);
         // SAFETY: the folio's count went from 1 to 0 in the caller, so this is the one free of the

@@ -75,10 +75,17 @@ pub(crate) fn first_map_rmw(f: &Folio) -> bool {
 /// its bytes. The mapcount was raised (by this fault, or by the one that made the pte) before
 /// the count is read with a read-modify-write; a reader takes its reference with one and then
 /// reads the mapcount ([`Folio::reader_sees_mapping`]): one of the two sees the other.
+///
+/// A borrower without a reference (`mem/borrow.rs`) counts as a reader: it names the folio in
+/// its slot, fences and reads the mapcount; the scan comes after a fence of its own.
 pub(crate) fn writer_sees_readers(f: &Folio, own_pte_counted: bool) -> bool {
     let count = f.ref_count_rmw();
     let expected = 1 + mapcount(f.flags()) + u64::from(!own_pte_counted);
-    u64::from(count) > expected
+    #[cfg(loom)]
+    let scan = !crate::mem::borrow::broken::is(crate::mem::borrow::broken::WRITER_SCAN);
+    #[cfg(not(loom))]
+    let scan = true;
+    u64::from(count) > expected || (scan && crate::mem::borrow::borrowed(f))
 }
 
 /// What `add_to_swap`'s flag-word step found.

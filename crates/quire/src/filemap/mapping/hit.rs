@@ -11,8 +11,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use super::{continues_in, Mapping};
 use crate::filemap::readahead::Readahead;
 use crate::filemap::PAGE_SIZE;
+use crate::mem::borrow::Borrow;
 use crate::mem::buddy::MAX_ORDER;
 use crate::mem::folio::{Folio, FolioRef, FRAME_SHIFT, ORDER_MASK, ORDER_SHIFT, READAHEAD};
+use crate::mem::pool::FramePool;
 use crate::sync::rcu;
 use crate::xarray::Entry;
 
@@ -208,6 +210,75 @@ impl Mapping {
         }
         ra.note_read(offset >> FRAME_SHIFT, (end - 1) >> FRAME_SHIFT);
         Some(buf.len())
+    }
+}
+
+impl Mapping {
+    /// [`crate::filemap::CachedFile::with_folio`] when it is a hit through the calling thread's
+    /// translation: `f` run on the folio's bytes and first page, borrowed without a reference
+    /// (`mem/borrow.rs`); `f` given back if the caller must take the referenced path.
+    ///
+    /// The borrow names the folio in the thread's slot, fences, and only then checks the
+    /// translation (the sequence unchanged and even, up to date, no mapcount, no readahead
+    /// marker): from there until the borrow ends no freeze succeeds, no space gets a writable
+    /// pte and no free reuses the frames, so the bytes `f` sees are stable.
+    #[inline]
+    pub(crate) fn with_folio_translated<R, F: FnOnce(&[u8], u64) -> R>(
+        &self,
+        ra: &Readahead,
+        index: u64,
+        f: F,
+    ) -> Result<R, F> {
+        let Some(t) = self.thread_translation(index) else {
+            return Err(f);
+        };
+        if index.wrapping_sub(t.start) >= t.frames || index >= self.size().div_ceil(PAGE_SIZE) {
+            return Err(f);
+        }
+        let Some(b) = Borrow::begin(t.folio) else {
+            return Err(f);
+        };
+        let borrow = EndBorrow {
+            borrow: Some(b),
+            folio: t.folio,
+            pool: self.pool(),
+        };
+        if !t.current() {
+            return Err(f);
+        }
+        // SAFETY: the folio's frames (`t.bytes`, `t.frames` of them) lie inside the pool
+        // (checked when the translation was made), whose mapping lives as long as the cache,
+        // which this mapping keeps alive. The folio is up to date and is the translation's (its
+        // sequence unchanged, read after the borrower's fence), so the frames hold its bytes;
+        // until `borrow` ends, a freeze fails, a write fault copies and the free is handed to
+        // this thread (`mem/borrow.rs`), so nothing writes them: no `&mut` to them exists.
+        let bytes =
+            unsafe { std::slice::from_raw_parts(t.bytes, (t.frames << FRAME_SHIFT) as usize) };
+        let r = f(bytes, t.start);
+        // While still borrowed: the flag lands on this folio, not on a frame freed meanwhile.
+        self.mark_accessed(t.folio);
+        drop(borrow);
+        ra.note_read(index, index);
+        Ok(r)
+    }
+}
+
+/// Ends a borrow when dropped (also when the borrower's closure panics), carrying out a free
+/// handed to it.
+struct EndBorrow<'a> {
+    borrow: Option<Borrow>,
+    folio: &'a Folio,
+    pool: &'a FramePool,
+}
+
+impl Drop for EndBorrow<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        if let Some(b) = self.borrow.take() {
+            if b.end() {
+                self.pool.free_folio(self.folio);
+            }
+        }
     }
 }
 

@@ -83,7 +83,7 @@ impl<'p> FolioGuard<'p> {
     /// Freezes the reference count for exclusive access to an up-to-date folio: succeeds when the
     /// count is exactly this guard's reference plus `raw_refs`, and then no other reference can be
     /// taken until the [`FrozenFolio`] is dropped (which restores the count). `None` when other
-    /// references exist.
+    /// references exist, or a borrower names the folio in its borrow slot (`mem/borrow.rs`).
     ///
     /// # Safety
     ///
