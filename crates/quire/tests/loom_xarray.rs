@@ -325,3 +325,75 @@ fn add_over_a_larger_shadow_races_a_writer_that_replaces_it() {
         }
     });
 }
+
+/// An entry of order 3 at 8 (a canonical slot for 8..=11 and a sibling for 12..=15 in a shift-2
+/// node) is replaced by a smaller entry of order 2 at 8 (the run is dissolved, canonical slot
+/// first, then the new entry is stored in the canonical slot), which is then replaced by an
+/// entry of order 3 again, while a spawned reader loads 13. A load that follows the sibling of
+/// 13 to slot 2 must not report the order-2 entry found there, which never covered 13 (the
+/// `xarray_stress` failure "index … outside stored range …"): after the step it looks at 13's
+/// slot again, then at the canonical slot again, and starts over if either changed. The second
+/// store checks the second look at the canonical slot: it puts the sibling back in 13's slot.
+fn load_races_a_smaller_store(read: fn(&SplitXa, &rcu::Guard) -> Option<u64>) {
+    let xa: Arc<SplitXa> = Arc::new(XArray::new());
+    xa.store_order(8, 3, Some(Entry::Value(8))).unwrap();
+    let reader = {
+        let xa = xa.clone();
+        thread::spawn(move || read(&xa, &rcu::pin()))
+    };
+    xa.store_order(8, 2, Some(Entry::Value(82))).unwrap();
+    xa.store_order(8, 3, Some(Entry::Value(83))).unwrap();
+    let seen = reader.join().unwrap();
+    assert!(
+        seen == Some(8) || seen.is_none() || seen == Some(83),
+        "index 13 read {seen:?}, an entry that never covered it"
+    );
+    let g = rcu::pin();
+    assert_eq!(xa.load(13, &g).and_then(|e| e.value()), Some(83));
+}
+
+#[test]
+fn load_through_a_sibling_races_a_smaller_store() {
+    model(|| {
+        load_races_a_smaller_store(|xa, g| xa.load(13, g).and_then(|e| e.value()));
+    });
+}
+
+#[test]
+fn the_model_catches_a_load_without_the_sibling_recheck() {
+    assert!(fails(|| {
+        load_races_a_smaller_store(|xa, g| {
+            xa.broken_load_without_sibling_recheck(13, g)
+                .and_then(|e| e.value())
+        });
+    }));
+}
+
+/// A reader loads 8 through a cursor and then asks for the order of what it loaded, while the
+/// writer replaces the order-2 entry at 8 by an order-3 entry (same canonical slot, one more
+/// sibling). The order counted from the node after the load may be the new entry's: the cursor
+/// must not report order 3 for the order-2 entry it loaded (the `xarray_stress` failure
+/// "piece …+9 outside …+8").
+#[test]
+fn cursor_order_races_a_larger_store_in_the_same_slot() {
+    model(|| {
+        let xa: Arc<SplitXa> = Arc::new(XArray::new());
+        xa.store_order(8, 2, Some(Entry::Value(82))).unwrap();
+        let reader = {
+            let xa = xa.clone();
+            thread::spawn(move || {
+                let g = rcu::pin();
+                let mut c = xa.cursor(8, &g);
+                let v = c.load().and_then(|e| e.value());
+                let order = c.order();
+                match v {
+                    Some(82) => assert!(order <= 2, "order {order} for the order-2 entry"),
+                    Some(83) => assert!(order <= 3),
+                    other => panic!("index 8 read {other:?}"),
+                }
+            })
+        };
+        xa.store_order(8, 3, Some(Entry::Value(83))).unwrap();
+        reader.join().unwrap();
+    });
+}

@@ -451,7 +451,7 @@ impl<P: XaPointer> XArray<P> {
     /// The order of the entry covering `index`, or 0 if there is none.
     #[doc(alias = "xa_get_order")]
     pub fn get_order(&self, index: u64, guard: &Guard) -> u32 {
-        self.locate(index, guard).order()
+        self.locate_with_order(index, guard).1
     }
 
     /// Whether the entry covering `index` has `mark` (false if there is none).
@@ -512,6 +512,20 @@ impl<P: XaPointer> XArray<P> {
     /// Every entry covering an index in `start ..= max`, in index order, each once.
     pub fn range<'g>(&'g self, start: u64, max: u64, guard: &'g Guard) -> Iter<'g, P> {
         Iter::new(self, guard, start, max, None)
+    }
+
+    /// Loom-only: [`XArray::load`] without the re-check after following a sibling to its
+    /// canonical slot (see `Node::step`), for the model that must catch it.
+    #[cfg(loom)]
+    #[doc(hidden)]
+    pub fn broken_load_without_sibling_recheck<'g>(
+        &'g self,
+        index: u64,
+        guard: &'g Guard,
+    ) -> Option<Entry<&'g P::Target>> {
+        let spot = self.locate_with(index, guard, false);
+        // SAFETY: as in `load`.
+        unsafe { decode_ref(spot.word) }
     }
 
     /// Loom-only: [`XArray::range`] without the check that an entry reached from a sibling

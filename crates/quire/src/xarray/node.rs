@@ -171,15 +171,30 @@ impl Node {
     /// child node is a step down, and a race with a change of shape says so.
     #[inline]
     pub(super) fn step(&self, off: usize) -> Step {
+        self.step_with(off, true)
+    }
+
+    /// [`Node::step`]; `recheck` false (loom's deliberately broken variant only) skips the
+    /// re-check after following a sibling.
+    #[inline]
+    pub(super) fn step_with(&self, off: usize, recheck: bool) -> Step {
         let w = self.slot(off);
         if is_sibling(w) {
             let canon = sibling_offset(w);
-            let w = self.slot(canon);
-            if is_internal(w) {
-                Step::Restart
-            } else {
-                Step::Entry { canon, word: w }
+            let e = self.slot(canon);
+            if is_internal(e) {
+                return Step::Restart;
             }
+            // The run may have been rewritten between the two loads: an entry over it dissolved
+            // (canonical slot first) and a smaller one stored in the canonical slot, or the run
+            // split in place into pieces. Then `e` need not cover `off`. Bracket a second look
+            // at `off` between two looks at the canonical slot: `off` still names it and it
+            // still holds `e`, so `e` covered `off` when `off` was read again (a store that puts
+            // `e` in the canonical slot without covering `off` rewrites `off` first).
+            if recheck && (self.slot(off) != w || self.slot(canon) != e) {
+                return Step::Restart;
+            }
+            Step::Entry { canon, word: e }
         } else if is_node(w) {
             Step::Down(node_ptr(w))
         } else if w == RETRY {
@@ -222,6 +237,20 @@ impl Spot {
         // array's lock, which the caller still holds; either keeps it from being freed.
         let node = unsafe { &*self.node };
         order_of(node.shift(), node.extent(self.canon))
+    }
+
+    /// The entry's order as a lock-free reader reads it: the siblings counted, then the
+    /// canonical slot looked at again. `None` if it no longer holds the entry (a writer replaced
+    /// it meanwhile, and the siblings counted may be the new entry's): walk again.
+    pub(super) fn order_now(&self) -> Option<u32> {
+        let order = self.order();
+        if self.word != 0 && !self.node.is_null() {
+            // SAFETY: as in `order`.
+            if unsafe { (*self.node).slot(self.canon) } != self.word {
+                return None;
+            }
+        }
+        Some(order)
     }
 
     /// The entry's marks as a 3-bit set (0 if none).

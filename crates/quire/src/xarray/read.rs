@@ -6,6 +6,10 @@
 //!   release store that publishes it, so its `shift` and slots are seen complete;
 //! - a retry entry, or a sibling whose canonical slot is not an entry, means the walk raced with
 //!   a change of shape: start again from the head;
+//! - an entry reached from a sibling is reported only if, after the canonical slot was read, the
+//!   sibling's slot still names it and the canonical slot still holds it (else start again): a
+//!   writer may have replaced the run by a smaller entry meanwhile; an order read from the
+//!   sibling count is likewise checked against the canonical slot afterwards;
 //! - nothing a reader dereferences is freed before its guard is dropped (nodes go through
 //!   `defer_destroy`, pointers through [`super::Retired`]).
 
@@ -16,7 +20,25 @@ use super::*;
 impl<P: XaPointer> XArray<P> {
     /// Walks from the head to the entry covering `index` (one counted walk per start).
     #[inline]
-    pub(super) fn locate(&self, index: u64, _guard: &Guard) -> Spot {
+    pub(super) fn locate(&self, index: u64, guard: &Guard) -> Spot {
+        self.locate_with(index, guard, true)
+    }
+
+    /// [`XArray::locate`], and the order of the entry found, read then (the order read later
+    /// from the node may be that of an entry stored there since).
+    pub(super) fn locate_with_order(&self, index: u64, guard: &Guard) -> (Spot, u32) {
+        loop {
+            let spot = self.locate(index, guard);
+            if let Some(order) = spot.order_now() {
+                return (spot, order);
+            }
+        }
+    }
+
+    /// [`XArray::locate`]; `recheck` false (loom's deliberately broken variant only) skips the
+    /// re-check after following a sibling (see [`Node::step_with`]).
+    #[inline]
+    pub(super) fn locate_with(&self, index: u64, _guard: &Guard, recheck: bool) -> Spot {
         'restart: loop {
             stats::count(Event::XaWalks);
             let w = self.head.load(Ordering::Acquire);
@@ -36,7 +58,7 @@ impl<P: XaPointer> XArray<P> {
                 return Spot::EMPTY;
             }
             loop {
-                match node.step(offset(node.shift(), index)) {
+                match node.step_with(offset(node.shift(), index), recheck) {
                     // SAFETY: as above.
                     Step::Down(child) => node = unsafe { &*child },
                     Step::Entry { canon, word } => return Spot { node, canon, word },
@@ -407,9 +429,23 @@ impl<'g, P: XaPointer> Cursor<'g, P> {
         unsafe { decode_ref(w) }
     }
 
-    /// The order of the entry the last load found (0 if none).
+    /// The order of the entry the last load found (0 if none). If a writer has replaced that
+    /// entry since, the order read from the node could be the new entry's: then it is the order
+    /// of the piece of it the index holds now if that has the same word (a split), else 0 (the
+    /// entry covered the index when it was loaded).
     #[doc(alias = "xas_get_order")]
     pub fn order(&self) -> u32 {
-        self.spot.map_or(0, |s| s.order())
+        let Some(spot) = self.spot else {
+            return 0;
+        };
+        if let Some(order) = spot.order_now() {
+            return order;
+        }
+        let (now, order) = self.xa.locate_with_order(self.index, self.guard);
+        if now.word == spot.word {
+            order
+        } else {
+            0
+        }
     }
 }
