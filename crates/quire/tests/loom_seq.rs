@@ -128,10 +128,12 @@ fn reader_against_an_in_place_write() {
 
 #[test]
 fn broken_freeze_without_its_fence_is_caught() {
-    assert!(fails(|| write_in_place(
-        Folio::broken_try_freeze_unfenced,
-        retry
-    )));
+    // No borrowers here: the freeze's scan of the borrow slots (`mem/borrow.rs`, modelled in
+    // `loom_borrow.rs`) is skipped, or its `fence(SeqCst)` would stand in for the missing fence.
+    assert!(fails(|| {
+        quire::mem::borrow::broken::set(quire::mem::borrow::broken::FREEZE_SCAN);
+        write_in_place(Folio::broken_try_freeze_unfenced, retry)
+    }));
 }
 
 #[test]
@@ -175,9 +177,11 @@ fn reader_against_free_and_reuse() {
 
 #[test]
 fn broken_alloc_without_its_fence_is_caught() {
-    assert!(fails(|| free_and_reuse(
-        |pool| pool.broken_alloc_unfenced(0)
-    )));
+    // As above: the free's hand-off scan (and its `fence(SeqCst)`) is skipped.
+    assert!(fails(|| {
+        quire::mem::borrow::broken::set(quire::mem::borrow::broken::FREE_HAND_OFF);
+        free_and_reuse(|pool| pool.broken_alloc_unfenced(0))
+    }));
 }
 
 /// A space maps the folio writable (mapcount up, then the bump) and writes through its pte
