@@ -48,8 +48,9 @@ fn borrows(f: &CachedFile, index: u64) -> bool {
     }
 }
 
-/// Frames handed out by the pool and not cached by any file (a borrowed folio whose free was
-/// handed to its borrower, a reference held past the folio's removal).
+/// Frames handed out by the pool and not cached by any file (a borrowed folio whose free is
+/// deferred while the borrow lasts, a reference held past the folio's removal). Reading the
+/// cache's counts frees the deferred folios whose borrows have ended.
 fn uncached_frames(cache: &PageCache) -> usize {
     let s = cache.stats();
     s.frames - s.free_frames - s.cached_frames
@@ -363,8 +364,8 @@ fn past_the_end_fails_as_read_folio_does() {
 }
 
 /// A closure that panics ends its borrow: the thread borrows again afterwards (its slot was
-/// emptied), and a free handed to the borrow (its page rewritten before the panic) is carried
-/// out during the unwinding, once.
+/// emptied), and a free deferred for the borrow (its page rewritten before the panic) is carried
+/// out once the unwinding ended it, once.
 #[test]
 fn a_panicking_closure_empties_its_slot() {
     let data = pattern(4 * PAGE, 17);
@@ -384,7 +385,7 @@ fn a_panicking_closure_empties_its_slot() {
     );
     expect_uncached(&cache, 0, "a panic freed nothing");
 
-    // A panic with a handed free pending.
+    // A panic with a deferred free pending.
     let kept = std::cell::Cell::new(false);
     let r = catch_unwind(AssertUnwindSafe(|| {
         f.with_folio(0, |_, _| {
@@ -396,7 +397,7 @@ fn a_panicking_closure_empties_its_slot() {
     }));
     assert!(r.is_err());
     assert!(kept.get(), "the rewritten folio waited for the borrow");
-    expect_uncached(&cache, 0, "the handed free was carried out");
+    expect_uncached(&cache, 0, "the deferred free was carried out");
     assert!(borrows(&f, 0), "the slot is free again");
     assert_eq!(
         f.with_folio(0, |b, first| page(b, first, 0).to_vec())

@@ -177,9 +177,9 @@ fn reader_against_free_and_reuse() {
 
 #[test]
 fn broken_alloc_without_its_fence_is_caught() {
-    // As above: the free's hand-off scan (and its `fence(SeqCst)`) is skipped.
+    // As above: the free's scan for borrowers (and its `fence(SeqCst)`) is skipped.
     assert!(fails(|| {
-        quire::mem::borrow::broken::set(quire::mem::borrow::broken::FREE_HAND_OFF);
+        quire::mem::borrow::broken::set(quire::mem::borrow::broken::FREE_SCAN);
         free_and_reuse(|pool| pool.broken_alloc_unfenced(0))
     }));
 }

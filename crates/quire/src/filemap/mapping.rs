@@ -31,6 +31,8 @@ pub(crate) struct Mapping {
     /// Names this mapping among every mapping of every cache the process ever made (never
     /// reused, never 0): the key of a thread's translations (`hit.rs`), which may outlive it.
     pub(crate) uid: u64,
+    /// `uid` spread over the thread's translation slots (`hit.rs`), computed once.
+    pub(crate) tlb_spread: u64,
     pub(crate) cache: Arc<Cache>,
     pub(crate) store: Box<dyn Store>,
     pub(crate) pages: XArray<FolioPtr>,
@@ -140,9 +142,11 @@ impl Mapping {
         size: u64,
     ) -> Arc<Mapping> {
         let pages = XArray::with_node_list(cache.vm.shadow_nodes().clone(), id);
+        let uid = hit::next_uid();
         Arc::new_cyclic(|this| Mapping {
             id,
-            uid: hit::next_uid(),
+            uid,
+            tlb_spread: hit::tlb_spread(uid),
             cache,
             store,
             pages,

@@ -13,14 +13,22 @@
 //! | borrower ([`Borrow::begin`], then the caller's check) | names the folio in its slot; `fence(SeqCst)`; reads the byte sequence and the flags: the borrow stands only if they are what the caller's translation says (even, unchanged, up to date, no mapcount) |
 //! | freezer ([`crate::mem::Folio::try_freeze`]) | freezes the count and makes the sequence odd; `fence(SeqCst)`; scans the slots ([`borrowed`]): a slot naming the folio fails the freeze, as another reference would |
 //! | writable pte (`mm::rmap::writer_sees_readers`) | raises the mapcount; `fence(SeqCst)`; a slot naming the folio gives the spaces a copy, as a reference would |
-//! | free ([`crate::mem::FramePool`]'s free path) | advances the sequence; `fence(SeqCst)`; hands the free to a borrower whose slot names the folio ([`hand_off_free`]) |
-//! | borrower's end ([`Borrow::end`]) | swaps its slot to empty; if a free was handed to it, frees the folio |
+//! | free ([`crate::mem::FramePool`]'s free path) | advances the sequence; `fence(SeqCst)`; if a slot names the folio ([`borrowed`]), puts it on the pool's deferred list instead of freeing it |
+//! | borrower's end ([`Borrow::end`], or dropping the borrow) | stores 0 to its slot (release): a plain store |
+//! | deferred free (`FramePool::free_deferred`: at the next free, an allocation that finds no block, a drain or a count of free frames) | frees each deferred folio no slot names any more ([`named`]) |
 //!
 //! The two fences make it Dekker's protocol: of a borrower and a party that changed the folio's
 //! sequence or flags, either the borrower's read after its fence sees the change (and it backs
 //! off), or the party's scan after its fence sees the slot. No party waits for a borrower: a
-//! freeze fails, a write fault copies, a free is left to the borrower's end, so a borrower's
-//! closure may itself write the folio it borrows (its write goes to a copy) without deadlock.
+//! freeze fails, a write fault copies, a free is deferred, so a borrower's closure may itself
+//! write the folio it borrows (its write goes to a copy) without deadlock.
+//!
+//! The end is a plain store, not a read-modify-write, so a hit issues one locked instruction,
+//! the fence (an earlier version handed the free to the borrower through its slot: a
+//! compare-and-swap by the freer and a swap at the end; see `docs/BENCHMARKS.md` for what the
+//! change gained). A deferred folio is freed by whoever next looks: the retired sequence makes
+//! every borrow that began after the free's scan fail its check, so once no slot names the
+//! folio, none can come to name it with a standing borrow.
 //!
 //! The kernel has no exact counterpart (a page-cache reader takes `folio_try_get`); the slots
 //! are hazard pointers (Michael, 2004; proposed for Linux as `hazptr`), scanned by the
@@ -30,8 +38,7 @@
 //!
 //! | bits | meaning |
 //! |---|---|
-//! | 63..1 | the borrowed folio's descriptor address (descriptors are 8-byte aligned); 0 for none |
-//! | 0 | [`HANDED`]: the folio's free was handed to this borrower |
+//! | 63..0 | the borrowed folio's descriptor address; 0 for none |
 //!
 //! Slots are allocated on a thread's first borrow, linked into one list that only grows (a
 //! scan walks it without a lock) and never freed; a thread that exits gives its slot back for
@@ -46,9 +53,6 @@ use std::ptr;
 
 use super::folio::Folio;
 use crate::sync::loom::{fence, AtomicBool, AtomicPtr, AtomicUsize, Ordering};
-
-/// Bit 0 of a slot word: the free of the named folio was handed to the borrower.
-const HANDED: usize = 1;
 
 /// One thread's slot, alone on its cache line (the scans read it; only its thread writes it).
 #[repr(align(128))]
@@ -191,16 +195,15 @@ fn addr(folio: &Folio) -> usize {
 }
 
 /// A borrow of one folio by the calling thread: its slot names the folio until
-/// [`Borrow::end`].
+/// [`Borrow::end`] or the borrow is dropped (also by a panicking closure's unwinding).
 pub struct Borrow {
     slot: &'static Slot,
-    folio: usize,
 }
 
 impl Borrow {
     /// Names `folio` in the calling thread's slot and issues the borrower's fence. The caller
     /// must then check the folio (its sequence and flags, read after this) before it reads a
-    /// byte, and must [`Borrow::end`] the borrow whatever it found. `None` when the thread has
+    /// byte, and end the borrow whatever it found. `None` when the thread has
     /// no free slot (a borrow is in progress on it, or its locals are being destroyed).
     #[inline]
     pub fn begin(folio: &Folio) -> Option<Borrow> {
@@ -208,28 +211,28 @@ impl Borrow {
         if slot.word.load(Ordering::Relaxed) != 0 {
             return None;
         }
-        let folio = addr(folio);
-        slot.word.store(folio, Ordering::Relaxed);
+        slot.word.store(addr(folio), Ordering::Relaxed);
         // The borrower's fence: the check the caller makes next reads the folio after the
         // slot is visible to every party that fences before scanning.
         #[cfg(loom)]
         if broken::is(broken::BORROWER_FENCE) {
-            return Some(Borrow { slot, folio });
+            return Some(Borrow { slot });
         }
         fence(Ordering::SeqCst);
-        Some(Borrow { slot, folio })
+        Some(Borrow { slot })
     }
 
-    /// Ends the borrow; true if the folio's free was handed to it, which the caller must then
-    /// carry out ([`crate::mem::FramePool`]'s free path) — after its last read of the bytes.
+    /// Ends the borrow (as dropping it does), after the borrower's last read of the bytes.
     #[inline]
-    #[must_use = "a handed free must be carried out"]
-    pub fn end(self) -> bool {
-        // Acquire and release: the borrower's reads come before a free that sees the slot
-        // empty, and a hand-off's writes before the borrower's free.
-        let old = self.slot.word.swap(0, Ordering::AcqRel);
-        debug_assert_eq!(old & !HANDED, self.folio);
-        old & HANDED != 0
+    pub fn end(self) {}
+}
+
+impl Drop for Borrow {
+    #[inline]
+    fn drop(&mut self) {
+        // Release: the borrower's reads come before the free of a deferred folio, which finds
+        // the slot empty by an acquire load.
+        self.slot.word.store(0, Ordering::Release);
     }
 }
 
@@ -238,28 +241,15 @@ impl Borrow {
 #[inline]
 pub fn borrowed(folio: &Folio) -> bool {
     fence(Ordering::SeqCst);
-    let a = addr(folio);
-    slots().any(|s| s.word.load(Ordering::Acquire) & !HANDED == a)
+    named(folio)
 }
 
-/// The free of `folio`, whose count reached zero and whose sequence has moved: hands it to a
-/// borrower whose slot names it, if any (true), after the party's fence. The borrower frees it
-/// when its borrow ends; if that borrow ends first, the free is the caller's (false).
-pub fn hand_off_free(folio: &Folio) -> bool {
-    fence(Ordering::SeqCst);
+/// Whether some thread's slot names `folio`, without a fence: the deferred free's rescan
+/// (`FramePool::free_deferred`), which needs none (see the table above).
+#[inline]
+pub fn named(folio: &Folio) -> bool {
     let a = addr(folio);
-    for s in slots() {
-        let w = s.word.load(Ordering::Acquire);
-        if w == a
-            && s.word
-                .compare_exchange(a, a | HANDED, Ordering::AcqRel, Ordering::Acquire)
-                .is_ok()
-        {
-            return true;
-        }
-        debug_assert!(w != a | HANDED, "a folio freed twice");
-    }
-    false
+    slots().any(|s| s.word.load(Ordering::Acquire) == a)
 }
 
 /// Deliberately broken variants of each side, for the loom models (`tests/loom_borrow.rs`) to
@@ -273,10 +263,12 @@ pub mod broken {
     pub const BORROWER_FENCE: usize = 1;
     /// A freeze does not scan the slots.
     pub const FREEZE_SCAN: usize = 2;
-    /// A free does not hand itself to a borrower.
-    pub const FREE_HAND_OFF: usize = 4;
+    /// A free does not look for borrowers.
+    pub const FREE_SCAN: usize = 4;
     /// A write fault does not scan the slots.
     pub const WRITER_SCAN: usize = 8;
+    /// Deferred folios are never freed (so that a model shows that deferral happens).
+    pub const DEFERRED_NEVER_FREED: usize = 16;
 
     loom::lazy_static! {
         static ref WHICH: AtomicUsize = AtomicUsize::new(0);

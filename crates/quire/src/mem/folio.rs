@@ -85,7 +85,8 @@
 //!
 //! So an up-to-date folio's bytes never change under a reader that holds a reference — nor
 //! under a borrower that names the folio in its borrow slot (`mem/borrow.rs`): a freeze that
-//! finds one fails as if it were another reference, and a free is handed to it. A file
+//! finds one fails as if it were another reference, and a free that finds one is deferred
+//! until the borrow has ended (`FramePool`'s deferred list). A file
 //! folio that spaces of [`crate::mm`] map writable is written through raw pointers, outside
 //! these rules; the page cache keeps them by write-protecting the spaces' ptes before it lends
 //! a zero-copy reader the bytes, and a write fault that sees a reader's reference gives the
@@ -104,7 +105,7 @@
 //! |---|---|---|
 //! | freeze ([`Folio::try_freeze`]): an in-place write, an eviction | +1 (odd until the unfreeze) | bump, then a release fence before any write |
 //! | unfreeze ([`Folio::unfreeze`]) | +1 (even) | release: after the writes made while frozen |
-//! | free ([`FramePool`]'s free path: `seq_retire` before it looks for borrowers, then `reset_freed`) | +2, and +2 again | release; every allocation issues a release fence before its owner writes the frames |
+//! | free ([`FramePool`]'s free path: `seq_retire` before it looks for borrowers, then `reset_freed`, at once or when a deferred free is carried out) | +2, and +2 again | release; every allocation issues a release fence before its owner writes the frames |
 //! | a space gets a writable pte (`seq_bump`, from `mm`) | +2 | release (after the mapcount went up), then a release fence before the space writes |
 //!
 //! A reader takes the sequence (acquire, odd = give up), then checks the flag word (up to date,

@@ -20,6 +20,12 @@
 //!   allocated with the pool and freed with it, never before, so a `&Folio` found by a lock-free
 //!   reader always points at a live descriptor (possibly of a reused folio).
 //! - The buddy allocator ([`crate::mem::buddy`]) hands out frame numbers.
+//! - Deferred frees: a folio whose last reference is put while a thread borrows its bytes
+//!   without one (`mem/borrow.rs`) is not freed then but kept on the pool's deferred list, and
+//!   freed by the first free, allocation that finds no block, [`FramePool::drain`] or count of
+//!   free frames ([`FramePool::free_frames`], [`FramePool::stats`]) to find its borrow ended —
+//!   so the borrower's end is a plain store, and allocation never fails for frames only a
+//!   finished borrow held.
 //!
 //! Fresh anonymous memory is zero, but frames are reused: [`FramePool::alloc`] returns whatever
 //! the last user left (the page cache fills folios by reading), [`FramePool::alloc_zeroed`]
@@ -36,7 +42,7 @@ use rustix::mm::{self, Advice, MapFlags, ProtFlags};
 use crate::mem::buddy::{Buddy, BuddyStats, MAX_ORDER};
 use crate::mem::folio::{Folio, FolioGuard, FolioRef, FRAME_SHIFT, FRAME_SIZE};
 use crate::sync::bitwait::WaitPolicy;
-use crate::sync::loom::{fence, Ordering};
+use crate::sync::loom::{fence, AtomicUsize, Mutex, Ordering};
 
 /// The alignment of the pool's start: one order-[`MAX_ORDER`] block (2 MiB).
 pub const POOL_ALIGN: usize = FRAME_SIZE << MAX_ORDER;
@@ -78,6 +84,10 @@ pub struct FramePool {
     descs: Box<[Folio]>,
     buddy: Buddy,
     huge: bool,
+    /// Frame numbers of folios whose free found a borrower (see "Deferred frees").
+    deferred: Mutex<Vec<usize>>,
+    /// How many there are (read without the lock by every free).
+    nr_deferred: AtomicUsize,
 }
 
 // SAFETY: the pool's memory is only reached through folios, whose access rules (module
@@ -170,6 +180,8 @@ impl FramePool {
             descs,
             buddy,
             huge,
+            deferred: Mutex::new(Vec::new()),
+            nr_deferred: AtomicUsize::new(0),
         })
     }
 
@@ -201,7 +213,7 @@ impl FramePool {
     /// order is free (after draining the order-0 caches) or when `order > MAX_ORDER`.
     #[doc(alias = "folio_alloc")]
     pub fn alloc(&self, order: u32) -> Option<FolioRef<'_>> {
-        let pfn = self.buddy.alloc(order)? as usize;
+        let pfn = self.alloc_pfn(order)?;
         // The new owner writes these frames from here on; a reference-free reader of the folio
         // they last held must see that folio's free (its byte sequence moved) once it has read
         // any such write (see `folio.rs`, "The byte sequence"). Free on x86.
@@ -213,7 +225,7 @@ impl FramePool {
 
     /// As [`FramePool::alloc`], with the bytes zeroed.
     pub fn alloc_zeroed(&self, order: u32) -> Option<FolioRef<'_>> {
-        let pfn = self.buddy.alloc(order)? as usize;
+        let pfn = self.alloc_pfn(order)?;
         // As in `alloc`: before this owner's first write.
         fence(Ordering::Release);
         // SAFETY: the buddy allocator just handed these frames to us alone: no descriptor heads
@@ -222,6 +234,19 @@ impl FramePool {
         let folio = &self.descs[pfn];
         folio.init_allocated(order);
         Some(FolioRef::from_parts(folio, self))
+    }
+
+    /// A block of 2^`order` frames from the buddy allocator, freeing the deferred folios whose
+    /// borrows have ended if none is free.
+    #[inline]
+    fn alloc_pfn(&self, order: u32) -> Option<usize> {
+        if let Some(pfn) = self.buddy.alloc(order) {
+            return Some(pfn as usize);
+        }
+        if self.free_deferred() == 0 {
+            return None;
+        }
+        self.buddy.alloc(order).map(|pfn| pfn as usize)
     }
 
     /// Broken: [`FramePool::alloc`] without its fence, for the loom models
@@ -313,32 +338,84 @@ impl FramePool {
     #[doc(alias = "free_unref_folios")]
     pub(crate) fn free_folio(&self, folio: &Folio) {
         // A borrower without a reference (`mem/borrow.rs`) may still read the frames: the
-        // sequence moves (its check fails from here), and the free goes to the borrower if its
-        // slot names the folio; it calls this again when its borrow ends.
+        // sequence moves (its check fails from here), and if a slot names the folio the free
+        // waits on the deferred list for the borrow to end.
         folio.seq_retire();
         #[cfg(loom)]
-        let hand_off = !super::borrow::broken::is(super::borrow::broken::FREE_HAND_OFF);
+        let scan = !super::borrow::broken::is(super::borrow::broken::FREE_SCAN);
         #[cfg(not(loom))]
-        let hand_off = true;
-        if hand_off && super::borrow::hand_off_free(folio) {
+        let scan = true;
+        if scan && super::borrow::borrowed(folio) {
+            let mut list = self.deferred.lock();
+            list.push(self.pfn_of_desc(folio));
+            // Under the lock, as the subtraction is, so that the count never goes below zero.
+            self.nr_deferred.fetch_add(1, Ordering::Relaxed);
             return;
         }
+        self.release(folio);
+        if self.nr_deferred.load(Ordering::Relaxed) != 0 {
+            self.free_deferred();
+        }
+    }
+
+    /// Gives a retired folio's frames back to the buddy allocator.
+    fn release(&self, folio: &Folio) {
         let order = folio.reset_freed();
         let pfn = self.pfn_of_desc(folio);
-        // SAFETY: the folio's count went from 1 to 0 in the caller, so this is the one free of the
-        // block `alloc` handed out at `pfn` with this order (the order bits never change while
-        // the folio is allocated).
+        // SAFETY: the folio's count went from 1 to 0 in `free_folio`'s caller, so this is the one
+        // free of the block `alloc` handed out at `pfn` with this order (the order bits never
+        // change while the folio is allocated): a deferred folio is released once, when it
+        // leaves the list.
         unsafe { self.buddy.free(pfn as u32, order) };
+    }
+
+    /// Frees the deferred folios no borrow names any more; returns how many.
+    ///
+    /// No fence is needed before this scan. Every borrow that began after the free's scan
+    /// fails its check (the sequence was retired before that scan's fence), and this scan
+    /// comes after the free's (through the list's lock), so by coherence it reads each slot's
+    /// word as the free's scan did or later: a slot that no longer names the folio was ended by
+    /// a store (release) that this scan's load (acquire) reads or follows, and the borrower's
+    /// reads happen before the frames are reused.
+    #[cold]
+    pub(crate) fn free_deferred(&self) -> usize {
+        let mut list = self.deferred.lock();
+        let before = list.len();
+        #[cfg(loom)]
+        if super::borrow::broken::is(super::borrow::broken::DEFERRED_NEVER_FREED) {
+            return 0;
+        }
+        list.retain(|&pfn| {
+            let folio = &self.descs[pfn];
+            if super::borrow::named(folio) {
+                return true;
+            }
+            self.release(folio);
+            false
+        });
+        let freed = before - list.len();
+        self.nr_deferred.fetch_sub(freed, Ordering::Relaxed);
+        freed
+    }
+
+    /// Folios whose free waits for a borrow to end (see "Deferred frees").
+    pub fn deferred_frees(&self) -> usize {
+        self.nr_deferred.load(Ordering::Relaxed)
     }
 
     /// Returns the frames cached for order-0 allocations to the free lists; returns how many.
     #[doc(alias = "drain_all_pages")]
     pub fn drain(&self) -> usize {
+        self.free_deferred();
         self.buddy.drain()
     }
 
-    /// Counts the frames (a consistent snapshot; takes every allocator lock).
+    /// Counts the frames (a consistent snapshot; takes every allocator lock), after freeing the
+    /// deferred folios whose borrows have ended.
     pub fn stats(&self) -> BuddyStats {
+        if self.nr_deferred.load(Ordering::Relaxed) != 0 {
+            self.free_deferred();
+        }
         self.buddy.stats()
     }
 
@@ -350,7 +427,7 @@ impl FramePool {
     /// Frames that allocation can still hand out (free lists and caches). Takes every
     /// allocator lock; see [`FramePool::free_frames_hint`] for the lock-free reading.
     pub fn free_frames(&self) -> usize {
-        self.buddy.stats().available()
+        self.stats().available()
     }
 
     /// Free frames (on the allocator's free lists and in its order-0 caches) at its last

@@ -14,7 +14,6 @@ use crate::filemap::PAGE_SIZE;
 use crate::mem::borrow::Borrow;
 use crate::mem::buddy::MAX_ORDER;
 use crate::mem::folio::{Folio, FolioRef, FRAME_SHIFT, ORDER_MASK, ORDER_SHIFT, READAHEAD};
-use crate::mem::pool::FramePool;
 use crate::sync::rcu;
 use crate::xarray::Entry;
 
@@ -232,53 +231,32 @@ impl Mapping {
         let Some(t) = self.thread_translation(index) else {
             return Err(f);
         };
-        if index.wrapping_sub(t.start) >= t.frames || index >= self.size().div_ceil(PAGE_SIZE) {
+        // `index` lies in the folio, so `index << FRAME_SHIFT` does not overflow: the page
+        // starts before the end of the file if it is inside it.
+        if index.wrapping_sub(t.start) >= t.frames || index << FRAME_SHIFT >= self.size() {
             return Err(f);
         }
-        let Some(b) = Borrow::begin(t.folio) else {
+        let Some(borrow) = Borrow::begin(t.folio) else {
             return Err(f);
         };
-        let borrow = EndBorrow {
-            borrow: Some(b),
-            folio: t.folio,
-            pool: self.pool(),
-        };
-        if !t.current() {
+        let Some(flags) = t.current_flags() else {
             return Err(f);
-        }
+        };
         // SAFETY: the folio's frames (`t.bytes`, `t.frames` of them) lie inside the pool
         // (checked when the translation was made), whose mapping lives as long as the cache,
         // which this mapping keeps alive. The folio is up to date and is the translation's (its
         // sequence unchanged, read after the borrower's fence), so the frames hold its bytes;
-        // until `borrow` ends, a freeze fails, a write fault copies and the free is handed to
-        // this thread (`mem/borrow.rs`), so nothing writes them: no `&mut` to them exists.
+        // until `borrow` ends, a freeze fails, a write fault copies and a free is deferred
+        // (`mem/borrow.rs`), so nothing writes them: no `&mut` to them exists.
         let bytes =
             unsafe { std::slice::from_raw_parts(t.bytes, (t.frames << FRAME_SHIFT) as usize) };
         let r = f(bytes, t.start);
         // While still borrowed: the flag lands on this folio, not on a frame freed meanwhile.
-        self.mark_accessed(t.folio);
-        drop(borrow);
+        // The flags are those the check read (test before set, as the LRU batches allow).
+        self.cache.vm.mark_accessed(self.pool(), t.folio, flags);
+        borrow.end();
         ra.note_read(index, index);
         Ok(r)
-    }
-}
-
-/// Ends a borrow when dropped (also when the borrower's closure panics), carrying out a free
-/// handed to it.
-struct EndBorrow<'a> {
-    borrow: Option<Borrow>,
-    folio: &'a Folio,
-    pool: &'a FramePool,
-}
-
-impl Drop for EndBorrow<'_> {
-    #[inline]
-    fn drop(&mut self) {
-        if let Some(b) = self.borrow.take() {
-            if b.end() {
-                self.pool.free_folio(self.folio);
-            }
-        }
     }
 }
 
@@ -309,7 +287,16 @@ impl Translation<'_> {
     /// and without a readahead marker (which the full path must see).
     #[inline]
     fn current(&self) -> bool {
-        matches!(self.folio.read_seq_begin(), Some((s, flags)) if s == self.seq && flags & READAHEAD == 0)
+        self.current_flags().is_some()
+    }
+
+    /// [`Translation::current`], with the flags it read if so.
+    #[inline]
+    fn current_flags(&self) -> Option<u64> {
+        match self.folio.read_seq_begin() {
+            Some((s, flags)) if s == self.seq && flags & READAHEAD == 0 => Some(flags),
+            _ => None,
+        }
     }
 }
 
@@ -370,12 +357,16 @@ pub(super) fn next_uid() -> u64 {
     NEXT_UID.fetch_add(1, Ordering::Relaxed)
 }
 
-/// The thread slot of page `index` of the mapping `uid`.
+/// [`Mapping::tlb_spread`] of the mapping `uid`: files opened one after another get
+/// neighbouring uids, so they are spread over the slots.
+pub(super) fn tlb_spread(uid: u64) -> u64 {
+    uid.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40
+}
+
+/// The thread slot of page `index` of the mapping whose [`Mapping::tlb_spread`] is `spread`.
 #[inline]
-fn thread_slot(uid: u64, index: u64) -> usize {
-    // Files opened one after another get neighbouring uids: spread them over the slots.
-    let file = uid.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40;
-    ((index >> MAX_ORDER) ^ file) as usize % THREAD_TRANSLATIONS
+fn thread_slot(spread: u64, index: u64) -> usize {
+    ((index >> MAX_ORDER) ^ spread) as usize % THREAD_TRANSLATIONS
 }
 
 impl Mapping {
@@ -384,7 +375,7 @@ impl Mapping {
     /// may be of another folio of the file or out of date: the translated paths check both.
     #[inline]
     pub(crate) fn thread_translation(&self, index: u64) -> Option<Translation<'_>> {
-        let s = thread_tlb()[thread_slot(self.uid, index)].get();
+        let s = thread_tlb()[thread_slot(self.tlb_spread, index)].get();
         if s.uid != self.uid {
             return None;
         }
@@ -415,6 +406,6 @@ impl Mapping {
             frames: t.frames,
             bytes: t.bytes,
         };
-        thread_tlb()[thread_slot(self.uid, t.start)].set(s);
+        thread_tlb()[thread_slot(self.tlb_spread, t.start)].set(s);
     }
 }
