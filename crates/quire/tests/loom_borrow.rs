@@ -98,20 +98,29 @@ fn check(reads: Option<[(u64, u64); 2]>) {
     }
 }
 
-/// Model 1: a borrower against a freezer that writes in place (what `Mapping::modify` does when
-/// the index's reference is the only one): the freeze must fail while the borrow stands, or the
-/// borrower must back off.
-fn borrower_against_a_freeze(which: usize) {
+/// The borrower's thread; it returns its reads if its borrow stood.
+type Borrower = thread::JoinHandle<Option<[(u64, u64); 2]>>;
+
+/// Every model's start: the sides in `which` broken, a one-frame pool whose folio the index
+/// holds (bytes 1), and a borrower spawned with the translation made while the index held it.
+fn start(which: usize) -> (Arc<FramePool>, usize, Arc<Bytes>, Borrower) {
     broken::set(which);
     let pool = pool();
     let p = publish(&pool);
     let bytes = Bytes::new(1);
-    // The borrower's translation, made while the index held the folio.
     let (seq, _) = folio(p).read_seq_begin().unwrap();
     let borrower = {
         let bytes = bytes.clone();
         thread::spawn(move || borrow(folio(p), seq, &bytes))
     };
+    (pool, p, bytes, borrower)
+}
+
+/// Model 1: a borrower against a freezer that writes in place (what `Mapping::modify` does when
+/// the index's reference is the only one): the freeze must fail while the borrow stands, or the
+/// borrower must back off.
+fn borrower_against_a_freeze(which: usize) {
+    let (pool, p, bytes, borrower) = start(which);
     // The freezer acts for the index's reference (it is the folio guard's here).
     // SAFETY: (test) the index's raw reference, taken back once.
     let mut g = unsafe { pool.ref_from_raw(raw(p)) }.lock();
@@ -149,15 +158,7 @@ fn broken_freeze_without_its_scan_is_caught() {
 /// and the frame is freed exactly once — at once, or deferred while the borrower's slot names
 /// it and freed by the next look at the pool after the borrow ended.
 fn borrower_against_free_and_reuse(which: usize) {
-    broken::set(which);
-    let pool = pool();
-    let p = publish(&pool);
-    let bytes = Bytes::new(1);
-    let (seq, _) = folio(p).read_seq_begin().unwrap();
-    let borrower = {
-        let bytes = bytes.clone();
-        thread::spawn(move || borrow(folio(p), seq, &bytes))
-    };
+    let (pool, p, bytes, borrower) = start(which);
     // SAFETY: (test) the index's raw reference, the last: this put frees the folio (or defers
     // the free while the borrower's slot names it).
     drop(unsafe { pool.ref_from_raw(raw(p)) });
@@ -211,15 +212,7 @@ fn broken_borrower_without_its_fence_is_caught_by_the_free_model() {
 /// through its pte with no further synchronisation; otherwise the spaces get a copy and these
 /// bytes are left alone).
 fn borrower_against_a_write_fault(which: usize) {
-    broken::set(which);
-    let pool = pool();
-    let p = publish(&pool);
-    let bytes = Bytes::new(1);
-    let (seq, _) = folio(p).read_seq_begin().unwrap();
-    let borrower = {
-        let bytes = bytes.clone();
-        thread::spawn(move || borrow(folio(p), seq, &bytes))
-    };
+    let (pool, p, bytes, borrower) = start(which);
     let f = folio(p);
     // The fault's own reference (its folio guard's); the index holds the other.
     let held = pool.try_get(f).expect("the index holds a reference");

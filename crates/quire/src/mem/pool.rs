@@ -378,7 +378,7 @@ impl FramePool {
     /// a store (release) that this scan's load (acquire) reads or follows, and the borrower's
     /// reads happen before the frames are reused.
     #[cold]
-    pub(crate) fn free_deferred(&self) -> usize {
+    fn free_deferred(&self) -> usize {
         let mut list = self.deferred.lock();
         let before = list.len();
         #[cfg(loom)]
