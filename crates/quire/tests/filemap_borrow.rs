@@ -11,6 +11,7 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use quire::filemap::{CachedFile, PageCache};
+use quire::stats::Snapshot;
 use quire::store::MemStore;
 
 use common::{check_no_leak, pattern, quiet_config, same, Watchdog, PAGE};
@@ -105,6 +106,17 @@ fn a_hit_borrows_and_the_referenced_path_agrees() {
 /// the two snapshots of a closure must be equal and each a single generation.
 #[test]
 fn borrowed_bytes_stay_stable_under_writes_and_eviction() {
+    stability(false);
+}
+
+/// [`borrowed_bytes_stay_stable_under_writes_and_eviction`] with the borrows made by a
+/// `FileReader` (its own translations).
+#[test]
+fn a_reader_s_borrowed_bytes_stay_stable_under_writes_and_eviction() {
+    stability(true);
+}
+
+fn stability(via_reader: bool) {
     const PAGES: u64 = 4;
     let _dog = Watchdog::arm(Duration::from_secs(30), "stability");
     let cache = cache(1 << 20);
@@ -145,6 +157,7 @@ fn borrowed_bytes_stay_stable_under_writes_and_eviction() {
             }
         });
         start.wait();
+        let mut reader = via_reader.then(|| f.reader());
         let began = Instant::now();
         let mut closures = 0u64;
         let mut generations = std::collections::HashSet::new();
@@ -152,21 +165,24 @@ fn borrowed_bytes_stay_stable_under_writes_and_eviction() {
             // Several closures in a row on each page: a closure after a fallback (which
             // refreshes the thread's translation) borrows until the page's next write.
             for index in (0..PAGES).flat_map(|i| std::iter::repeat_n(i, 8)) {
-                let (a, b) = f
-                    .with_folio(index, |bytes, first| {
-                        let p = page(bytes, first, index);
-                        let a = p.to_vec();
-                        // Some work between the two reads, touching the bytes throughout.
-                        let mut sum = 0u64;
-                        for _ in 0..4 {
-                            sum = p
-                                .iter()
-                                .fold(sum, |s, &x| s.wrapping_mul(31) ^ u64::from(x));
-                            std::hint::black_box(sum);
-                        }
-                        (a, p.to_vec())
-                    })
-                    .unwrap();
+                let twice = |bytes: &[u8], first: u64| {
+                    let p = page(bytes, first, index);
+                    let a = p.to_vec();
+                    // Some work between the two reads, touching the bytes throughout.
+                    let mut sum = 0u64;
+                    for _ in 0..4 {
+                        sum = p
+                            .iter()
+                            .fold(sum, |s, &x| s.wrapping_mul(31) ^ u64::from(x));
+                        std::hint::black_box(sum);
+                    }
+                    (a, p.to_vec())
+                };
+                let (a, b) = match reader.as_mut() {
+                    Some(r) => r.with_folio(index, twice),
+                    None => f.with_folio(index, twice),
+                }
+                .unwrap();
                 closures += 1;
                 assert!(
                     a == b,
@@ -184,6 +200,7 @@ fn borrowed_bytes_stay_stable_under_writes_and_eviction() {
                 generations.insert(a[0]);
             }
         }
+        drop(reader);
         stop.store(true, Ordering::Relaxed);
         writer.join().unwrap();
         evictor.join().unwrap();
@@ -272,6 +289,74 @@ fn a_nested_with_folio_takes_a_reference() {
     assert!(borrows(&f, 2), "the slot is free again");
     drop(f);
     check_no_leak(&cache, "after nesting");
+}
+
+/// `FileReader::with_folio`: the first call on a cached folio takes a reference (a walk that
+/// leaves the reader a translation), the next borrows; the bytes are the handle's; a
+/// reader's borrow inside a handle's (and the other way round) takes a reference; the hits reach
+/// the counters when the reader is dropped.
+#[test]
+fn a_reader_borrows_as_the_handle_does() {
+    let data = pattern(8 * PAGE, 71);
+    let cache = cache(1 << 20);
+    let f = cache.open(MemStore::from_vec(data.clone())).unwrap();
+    let mut all = vec![0; data.len()];
+    f.read_exact_at(0, &mut all).unwrap();
+    let before = Snapshot::take();
+    let mut r = f.reader();
+    for index in 0..8u64 {
+        let i = index as usize;
+        // Base-page folios share the reader's slot (one per 512 pages): each page's first call
+        // finds the previous page's translation there.
+        for call in 0..3 {
+            let (got, count) = r
+                .with_folio(index, |b, first| {
+                    (
+                        page(b, first, index).to_vec(),
+                        f.read_folio(index).unwrap().ref_count(),
+                    )
+                })
+                .unwrap();
+            same(
+                &got,
+                &data[i * PAGE..(i + 1) * PAGE],
+                "a reader's with_folio",
+            );
+            let want = if call == 0 { 3 } else { 2 };
+            assert_eq!(count, want, "page {index}, call {call}: the count inside");
+        }
+    }
+    drop(r);
+    let hits = Snapshot::take().since(&before).vmstat().page_cache_hits;
+    assert!(hits >= 16, "the reader's 16 hits counted ({hits})");
+
+    let mut r = f.reader();
+    r.with_folio(2, |_, _| ()).unwrap();
+    assert!(borrows(&f, 2));
+    let nested = f
+        .with_folio(2, |_, _| {
+            r.with_folio(2, |_, _| f.read_folio(2).unwrap().ref_count())
+                .unwrap()
+        })
+        .unwrap();
+    assert_eq!(
+        nested, 3,
+        "a reader's call inside a handle's borrow holds a reference"
+    );
+    let nested = r
+        .with_folio(2, |_, _| {
+            f.with_folio(2, |_, _| f.read_folio(2).unwrap().ref_count())
+        })
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        nested, 3,
+        "a handle's call inside a reader's borrow holds a reference"
+    );
+    assert!(borrows(&f, 2), "the slot is free again");
+    drop(r);
+    drop(f);
+    check_no_leak(&cache, "after a reader's borrows");
 }
 
 /// The borrowed page is cut off by another thread's `set_len` while the closure runs: the

@@ -13,9 +13,9 @@ use quire::vmscan::Lru;
 
 use common::{check_no_leak, quiet_config, same, Rng, PAGE};
 
-/// Random reads through a reader and through the handle, with writes and cuts between them,
-/// in a cache small enough that reads miss and folios are evicted: both give the same results
-/// (lengths, bytes, errors) as a byte model of the file.
+/// Random reads through a reader (`read_at`, `read_folio`, `with_folio`) and through the handle,
+/// with writes and cuts between them, in a cache small enough that reads miss and folios are
+/// evicted: both give the same results (lengths, bytes, errors) as a byte model of the file.
 #[test]
 fn a_reader_reads_what_the_handle_reads() {
     let mut cfg = quiet_config(1 << 20);
@@ -62,6 +62,27 @@ fn a_reader_reads_what_the_handle_reads() {
                     }
                     Err(e) => {
                         assert!(index >= pages, "{ctx}: folio {index}: {e}");
+                        assert_eq!(e.kind(), std::io::ErrorKind::UnexpectedEof, "{ctx}");
+                    }
+                }
+            }
+            3 => {
+                // The borrow: a hit through the reader's translation lends the bytes without a
+                // reference; it must agree with the model as the reference does.
+                let index = rng.below(model.len() / PAGE + 3) as u64;
+                let pages = model.len().div_ceil(PAGE) as u64;
+                let end = model.len().min((index as usize + 1) * PAGE);
+                let got = reader.with_folio(index, |bytes, first| {
+                    let at = ((index - first) as usize) * PAGE;
+                    bytes[at..at + (end.saturating_sub(index as usize * PAGE))].to_vec()
+                });
+                match got {
+                    Ok(bytes) => {
+                        assert!(index < pages, "{ctx}: with_folio {index} past the end");
+                        same(&bytes, &model[index as usize * PAGE..end], &ctx);
+                    }
+                    Err(e) => {
+                        assert!(index >= pages, "{ctx}: with_folio {index}: {e}");
                         assert_eq!(e.kind(), std::io::ErrorKind::UnexpectedEof, "{ctx}");
                     }
                 }

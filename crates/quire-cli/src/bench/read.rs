@@ -21,8 +21,9 @@
 //!   - `quire-with-folio`: [`CachedFile::with_folio`], 64 bytes of the page read inside the
 //!     closure — the zero-copy borrow that takes no reference (the thread names the folio in a
 //!     slot of its own instead).
-//!   - `quire-reader-read`, `quire-reader-ref`: the same through a [`quire::filemap::FileReader`]
-//!     per thread (one read-side critical section kept across 64 hits).
+//!   - `quire-reader-read`, `quire-reader-ref`, `quire-reader-with-folio`: the same through a
+//!     [`quire::filemap::FileReader`] per thread (one read-side critical section kept across 64
+//!     hits; the reader's own translations instead of the thread's).
 //!   - `quire-read-64`, `quire-reader-read-64`: a 64-byte [`CachedFile::read_at`] at the start of
 //!     the page, from the handle and through a reader: the copying hit that takes no reference,
 //!     doing what `kernel-mmap-ref` does (64 bytes of a random page into a buffer).
@@ -83,12 +84,13 @@ pub(super) const CHUNK: usize = 1 << 20;
 /// Threads of the hot case.
 const HOT_THREADS: [usize; 2] = [1, 2];
 /// Variants of the hot case, in the order they run.
-const HOT_VARIANTS: [&str; 10] = [
+const HOT_VARIANTS: [&str; 11] = [
     "quire-read",
     "quire-ref",
     "quire-with-folio",
     "quire-reader-read",
     "quire-reader-ref",
+    "quire-reader-with-folio",
     "quire-read-64",
     "quire-reader-read-64",
     "kernel-pread",
@@ -545,6 +547,13 @@ fn hot_random(b: &mut Bench, path: &Path, size: u64, content: &Content) -> anyho
             &reader.read_folio(off / PAGE as u64)?,
             "quire-reader-ref",
         )?;
+        ensure!(
+            reader.with_folio(idx, |bytes, first| {
+                let at = ((idx - first) as usize) * PAGE;
+                content.check_page(off, &bytes[at..at + PAGE])
+            })?,
+            "quire-reader-with-folio: wrong data at {off}"
+        );
         let mut head = [0u8; 64];
         file.read_exact_at(off, &mut head)?;
         ensure!(head[..] == page[..64], "quire-read-64: wrong data at {off}");
@@ -612,6 +621,18 @@ fn hot_random(b: &mut Bench, path: &Path, size: u64, content: &Content) -> anyho
                             let mut head = [0u8; 64];
                             head.copy_from_slice(&bytes[at..at + 64]);
                             black_box(&head);
+                            Ok(())
+                        })
+                    }
+                    "quire-reader-with-folio" => {
+                        let mut reader = file.reader();
+                        hot_loop(stop, &mut rng, pages, |idx, _| {
+                            reader.with_folio(idx, |bytes, first| {
+                                let at = ((idx - first) as usize) * PAGE;
+                                let mut head = [0u8; 64];
+                                head.copy_from_slice(&bytes[at..at + 64]);
+                                black_box(&head);
+                            })?;
                             Ok(())
                         })
                     }

@@ -18,7 +18,8 @@
 //! index walk; the folio's byte sequence shows whether it is still the file's folio at that
 //! place (`Translation` in `filemap/mapping/hit.rs`; the loom models in `tests/loom_seq.rs`). A
 //! copying hit (`read_at`) takes no reference at all; a zero-copy one (`read_folio`) takes the
-//! one it returns.
+//! one it returns; a borrowing one (`with_folio`) names the folio in the thread's borrow slot
+//! for the duration of its closure, as the handle's does (`mem/borrow.rs`).
 //!
 //! A reader is for one thread at a time (`&mut self`), as a guard is; threads that share a
 //! handle make one reader each.
@@ -159,6 +160,65 @@ impl<'a> FileReader<'a> {
         // As in `read_at`: the full path, not the handle's hits again.
         self.guard
             .repin_after(|| file.mapping.read_folio(&file.ra, index))
+    }
+
+    /// [`CachedFile::with_folio`]: `f` run on the bytes of the up-to-date folio holding page
+    /// `index` and on the folio's first page.
+    ///
+    /// A hit through one of the reader's translations borrows the folio as the handle's does
+    /// (no reference; the thread's borrow slot) but skips the thread's translation lookup, and
+    /// its hit is counted with the reader's others. Other calls (the first on a folio, a borrow
+    /// inside `f`, a folio that changed since the reader last saw it) go through
+    /// [`FileReader::read_folio`] and hold its reference while `f` runs.
+    ///
+    /// ```
+    /// use quire::{CacheConfig, MemStore, PageCache};
+    ///
+    /// # fn main() -> Result<(), quire::FilemapError> {
+    /// let cache = PageCache::new(CacheConfig::new(4 << 20))?;
+    /// let file = cache.open(MemStore::from_vec(vec![3u8; 3 * 4096]))?;
+    /// let mut reader = file.reader();
+    /// let mut sum = 0u64;
+    /// for index in 0..3 {
+    ///     sum += reader.with_folio(index, |bytes, first| {
+    ///         let at = (index - first) as usize * 4096;
+    ///         bytes[at..at + 4096].iter().map(|&b| u64::from(b)).sum::<u64>()
+    ///     })?;
+    /// }
+    /// assert_eq!(sum, 3 * 3 * 4096);
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[doc(alias = "filemap_read")]
+    #[inline]
+    pub fn with_folio<R>(&mut self, index: u64, f: impl FnOnce(&[u8], u64) -> R) -> Result<R> {
+        let (m, ra) = (&*self.file.mapping, &self.file.ra);
+        let f = match &self.tlb[slot(index)] {
+            Some(t) => match m.with_folio_through(ra, t, index, f) {
+                Ok(r) => {
+                    self.tick();
+                    return Ok(r);
+                }
+                Err(f) => f,
+            },
+            None => f,
+        };
+        self.with_folio_referenced(index, f)
+    }
+
+    /// [`FileReader::with_folio`] through a reference: [`FileReader::read_folio`]'s (a hit found
+    /// by a walk leaves the reader a translation for the next call).
+    #[inline(never)]
+    fn with_folio_referenced<R>(
+        &mut self,
+        index: u64,
+        f: impl FnOnce(&[u8], u64) -> R,
+    ) -> Result<R> {
+        let folio = self.read_folio(index)?;
+        let bytes = folio
+            .bytes()
+            .expect("read_folio returns an up-to-date folio");
+        Ok(f(bytes, folio.index()))
     }
 
     /// The file read.

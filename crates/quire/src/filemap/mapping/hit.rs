@@ -214,13 +214,8 @@ impl Mapping {
 
 impl Mapping {
     /// [`crate::filemap::CachedFile::with_folio`] when it is a hit through the calling thread's
-    /// translation: `f` run on the folio's bytes and first page, borrowed without a reference
-    /// (`mem/borrow.rs`); `f` given back if the caller must take the referenced path.
-    ///
-    /// The borrow names the folio in the thread's slot, fences, and only then checks the
-    /// translation (the sequence unchanged and even, up to date, no mapcount, no readahead
-    /// marker): from there until the borrow ends no freeze succeeds, no space gets a writable
-    /// pte and no free reuses the frames, so the bytes `f` sees are stable.
+    /// translation ([`Mapping::with_folio_through`]); `f` given back if the caller must take the
+    /// referenced path.
     #[inline]
     pub(crate) fn with_folio_translated<R, F: FnOnce(&[u8], u64) -> R>(
         &self,
@@ -228,9 +223,30 @@ impl Mapping {
         index: u64,
         f: F,
     ) -> Result<R, F> {
-        let Some(t) = self.thread_translation(index) else {
-            return Err(f);
-        };
+        match self.thread_translation(index) {
+            Some(t) => self.with_folio_through(ra, &t, index, f),
+            None => Err(f),
+        }
+    }
+
+    /// A `with_folio` hit through translation `t` (the thread's, or a reader's): `f` run on the
+    /// folio's bytes and first page, borrowed without a reference (`mem/borrow.rs`); `f` given
+    /// back if the caller must take the referenced path (`index` not in `t`'s folio or past the
+    /// end of the file, `t` out of date, the thread's borrow slot taken). The caller counts the
+    /// hit.
+    ///
+    /// The borrow names the folio in the thread's slot, fences, and only then checks the
+    /// translation (the sequence unchanged and even, up to date, no mapcount, no readahead
+    /// marker): from there until the borrow ends no freeze succeeds, no space gets a writable
+    /// pte and no free reuses the frames, so the bytes `f` sees are stable.
+    #[inline]
+    pub(crate) fn with_folio_through<R, F: FnOnce(&[u8], u64) -> R>(
+        &self,
+        ra: &Readahead,
+        t: &Translation<'_>,
+        index: u64,
+        f: F,
+    ) -> Result<R, F> {
         // `index` lies in the folio, so `index << FRAME_SHIFT` does not overflow: the page
         // starts before the end of the file if it is inside it.
         if index.wrapping_sub(t.start) >= t.frames || index << FRAME_SHIFT >= self.size() {
