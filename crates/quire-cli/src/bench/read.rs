@@ -484,6 +484,13 @@ fn check_folio(
     Ok(())
 }
 
+/// Whether page `off` (bytes) holds its tags, found in the bytes of the folio whose first page
+/// is `first`: the check of the `with_folio` variants.
+fn page_checks(content: &Content, off: u64, bytes: &[u8], first: u64) -> bool {
+    let at = ((off / PAGE as u64 - first) as usize) * PAGE;
+    content.check_page(off, &bytes[at..at + PAGE])
+}
+
 /// What the zero-copy variants do with a page: copy its first 64 bytes out of the bytes of the
 /// folio whose first page is `first`, kept from the optimiser. Inlined, so that each variant's
 /// loop is what it would be with the body written out.
@@ -541,10 +548,7 @@ fn hot_random(b: &mut Bench, path: &Path, size: u64, content: &Content) -> anyho
         )?;
         let idx = off / PAGE as u64;
         ensure!(
-            file.with_folio(idx, |bytes, first| {
-                let at = ((idx - first) as usize) * PAGE;
-                content.check_page(off, &bytes[at..at + PAGE])
-            })?,
+            file.with_folio(idx, |bytes, first| page_checks(content, off, bytes, first))?,
             "quire-with-folio: wrong data at {off}"
         );
         reader.read_exact_at(off, &mut page)?;
@@ -559,10 +563,7 @@ fn hot_random(b: &mut Bench, path: &Path, size: u64, content: &Content) -> anyho
             "quire-reader-ref",
         )?;
         ensure!(
-            reader.with_folio(idx, |bytes, first| {
-                let at = ((idx - first) as usize) * PAGE;
-                content.check_page(off, &bytes[at..at + PAGE])
-            })?,
+            reader.with_folio(idx, |bytes, first| page_checks(content, off, bytes, first))?,
             "quire-reader-with-folio: wrong data at {off}"
         );
         let mut head = [0u8; 64];

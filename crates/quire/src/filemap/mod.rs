@@ -828,11 +828,7 @@ impl CachedFile {
     /// [`CachedFile::with_folio`] through a reference: the walked hit, or the full path.
     #[inline(never)]
     fn with_folio_referenced<R>(&self, index: u64, f: impl FnOnce(&[u8], u64) -> R) -> Result<R> {
-        let folio = self.read_folio(index)?;
-        let bytes = folio
-            .bytes()
-            .expect("read_folio returns an up-to-date folio");
-        Ok(f(bytes, folio.index()))
+        Ok(lend(&self.read_folio(index)?, f))
     }
 
     /// [`CachedFile::read_folio`] as an [`OwnedFolio`]: a reference that borrows neither this
@@ -1018,4 +1014,13 @@ impl std::fmt::Debug for CachedFile {
             .field("cached_frames", &self.cached_frames())
             .finish()
     }
+}
+
+/// `f` run on the bytes and first page of `folio`, a reference `read_folio` returned (so up to
+/// date): the referenced path of the handle's and the reader's `with_folio`.
+fn lend<R>(folio: &FolioRef<'_>, f: impl FnOnce(&[u8], u64) -> R) -> R {
+    let bytes = folio
+        .bytes()
+        .expect("read_folio returns an up-to-date folio");
+    f(bytes, folio.index())
 }

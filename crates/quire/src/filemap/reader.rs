@@ -214,11 +214,7 @@ impl<'a> FileReader<'a> {
         index: u64,
         f: impl FnOnce(&[u8], u64) -> R,
     ) -> Result<R> {
-        let folio = self.read_folio(index)?;
-        let bytes = folio
-            .bytes()
-            .expect("read_folio returns an up-to-date folio");
-        Ok(f(bytes, folio.index()))
+        Ok(super::lend(&self.read_folio(index)?, f))
     }
 
     /// The file read.
