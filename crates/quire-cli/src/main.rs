@@ -83,6 +83,10 @@ enum Command {
         /// Let users other than the one mounting use the mount.
         #[arg(long)]
         allow_other: bool,
+        /// Let device nodes in the mount be opened as devices (the mount is `nodev` without:
+        /// device nodes can be made, listed, renamed and removed, but not opened).
+        #[arg(long)]
+        dev: bool,
         /// Which file system to serve (the others are the `fuse` benchmark's comparisons).
         #[arg(long, value_enum, default_value = "quire", hide = true)]
         kind: mount::Kind,
@@ -132,6 +136,7 @@ fn main() -> anyhow::Result<()> {
             threads,
             foreground,
             allow_other,
+            dev,
             kind,
         } => mount::mount(mount::MountArgs {
             src,
@@ -140,6 +145,7 @@ fn main() -> anyhow::Result<()> {
             threads,
             foreground,
             allow_other,
+            dev,
             kind,
         }),
         Command::Stat { mnt } => mount::stat(&mnt),

@@ -31,6 +31,7 @@ pub struct MountArgs {
     pub threads: Option<usize>,
     pub foreground: bool,
     pub allow_other: bool,
+    pub dev: bool,
     pub kind: Kind,
 }
 
@@ -154,6 +155,7 @@ fn run(a: &MountArgs, ready: impl FnOnce()) -> anyhow::Result<()> {
         opts.threads = t.max(1);
     }
     opts.allow_other = a.allow_other;
+    opts.dev = a.dev;
     let src = std::fs::canonicalize(&a.src)?;
     match a.kind {
         Kind::Quire => {

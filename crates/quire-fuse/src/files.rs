@@ -18,7 +18,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::os::fd::{BorrowedFd, OwnedFd};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -28,12 +28,15 @@ use quire::filemap::{CachedFile, FilemapError, PageCache};
 use quire::store::{self, FileStore, Store, StoreError};
 use rustix::fs::{AtFlags, StatxFlags};
 
-/// What a file looked like: its length and its modification and change times.
+/// What a file looked like: its length, its modification and change times, and whether its
+/// mode holds a set-user-id or set-group-id bit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Stamp {
     size: u64,
     mtime: (i64, u32),
     ctime: (i64, u32),
+    /// `S_ISUID` or `S_ISGID` set (a change of either also changes ctime).
+    privs: bool,
 }
 
 impl Stamp {
@@ -43,6 +46,7 @@ impl Stamp {
             size: st.stx_size,
             mtime: (st.stx_mtime.tv_sec, st.stx_mtime.tv_nsec),
             ctime: (st.stx_ctime.tv_sec, st.stx_ctime.tv_nsec),
+            privs: u32::from(st.stx_mode) & (libc::S_ISUID | libc::S_ISGID) != 0,
         }
     }
 
@@ -51,7 +55,7 @@ impl Stamp {
             fd,
             "",
             AtFlags::EMPTY_PATH,
-            StatxFlags::SIZE | StatxFlags::MTIME | StatxFlags::CTIME,
+            StatxFlags::SIZE | StatxFlags::MTIME | StatxFlags::CTIME | StatxFlags::MODE,
         )?;
         Ok(Stamp::of(&st))
     }
@@ -61,6 +65,8 @@ impl Stamp {
 pub struct Backing {
     store: FileStore,
     stamp: Mutex<Stamp>,
+    /// The stamp's `privs`, read by every write without the lock.
+    privs: AtomicBool,
 }
 
 impl Backing {
@@ -68,6 +74,7 @@ impl Backing {
         let stamp = Stamp::of_fd(store.fd())?;
         Ok(Backing {
             store,
+            privs: AtomicBool::new(stamp.privs),
             stamp: Mutex::new(stamp),
         })
     }
@@ -85,8 +92,15 @@ impl Backing {
     /// Records the file's stamp now (after a change made through the mount).
     pub fn restamp(&self) {
         if let Ok(s) = Stamp::of_fd(self.store.fd()) {
+            self.privs.store(s.privs, Ordering::Relaxed);
             *self.stamp.lock() = s;
         }
+    }
+
+    /// Whether the file's mode held a set-user-id or set-group-id bit when last looked at
+    /// (a write by an unprivileged caller must then clear them).
+    pub fn has_privs(&self) -> bool {
+        self.privs.load(Ordering::Relaxed)
     }
 
     /// Whether the file changed since the last change made through the mount.

@@ -41,6 +41,7 @@ use parking_lot::Mutex;
 use quire::dcache::{DcacheConfig, DentryRef, FileKind, Identity, RenameMode};
 use quire::filemap::{CacheConfig, CachedFile, PageCache};
 use rustix::fs::{AtFlags, FallocateFlags, Mode, OFlags, StatxFlags, Timespec, Timestamps, CWD};
+use rustix::thread::CapabilitySet;
 
 /// The value of a `Result`, or: count the error, answer the kernel with it, and return.
 /// `tri!(self, …)` in a `QuireFs` operation, `tri!(@state self, …)` in an `FsState` method.
@@ -72,6 +73,7 @@ mod xattr;
 use attr::*;
 pub(crate) use attr::{attr_of, statx_fd};
 
+use crate::creds::{Caller, DaemonCreds};
 use crate::errno;
 use crate::files::{is_eof, FileData, Files, Opened};
 use crate::nodes::{Node, Nodes, ROOT_ID};
@@ -169,10 +171,9 @@ pub struct FsState {
     counters: FsCounters,
     space: Space,
     mmap_allowed: AtomicBool,
-    /// The daemon runs as root: new files get the caller's owner.
-    as_root: bool,
-    euid: u32,
-    egid: u32,
+    /// The daemon's credentials: where it runs as root, what a request creates is made with
+    /// the caller's (see [`crate::creds`]).
+    creds: DaemonCreds,
 }
 
 /// Free space in the backing file system, as far as writes through the mount go: an estimate
@@ -257,8 +258,6 @@ impl QuireFs {
         cc.readahead_max = cfg.readahead;
         let cache = PageCache::new(cc)?;
         let files = Files::new(cache, cfg.max_closed_files);
-        let euid = rustix::process::geteuid().as_raw();
-        let egid = rustix::process::getegid().as_raw();
         Ok(QuireFs {
             state: Arc::new(FsState {
                 nodes,
@@ -272,9 +271,7 @@ impl QuireFs {
                 counters: FsCounters::default(),
                 space: Space::new(),
                 mmap_allowed: AtomicBool::new(false),
-                as_root: euid == 0,
-                euid,
-                egid,
+                creds: DaemonCreds::current(),
             }),
         })
     }
@@ -421,27 +418,37 @@ impl Filesystem for QuireFs {
         name: &OsStr,
         mode: u32,
         _umask: u32,
-        _rdev: u32,
+        rdev: u32,
         reply: ReplyEntry,
     ) {
         let s = &self.state;
         s.counters.op(Op::Mknod);
-        let kind = match mode & libc::S_IFMT {
-            libc::S_IFREG | 0 => rustix::fs::FileType::RegularFile,
-            libc::S_IFIFO => rustix::fs::FileType::Fifo,
-            libc::S_IFSOCK => rustix::fs::FileType::Socket,
-            // Device nodes would be usable outside the mount: refused.
+        let (kind, keep) = match mode & libc::S_IFMT {
+            libc::S_IFREG | 0 => (rustix::fs::FileType::RegularFile, CapabilitySet::empty()),
+            libc::S_IFIFO => (rustix::fs::FileType::Fifo, CapabilitySet::empty()),
+            libc::S_IFSOCK => (rustix::fs::FileType::Socket, CapabilitySet::empty()),
+            // Device nodes are made where the caller may (CAP_MKNOD, kept for the call); the
+            // mount is `nodev` unless asked otherwise, so they cannot be opened as devices
+            // through it.
+            libc::S_IFCHR => (rustix::fs::FileType::CharacterDevice, CapabilitySet::MKNOD),
+            libc::S_IFBLK => (rustix::fs::FileType::BlockDevice, CapabilitySet::MKNOD),
             _ => {
                 s.counters.error();
-                reply.error(Errno::EPERM);
+                reply.error(Errno::EINVAL);
                 return;
             }
         };
         let attr = tri!(
             self,
             reply,
-            s.make(req, parent, name, |dir, name| {
-                rustix::fs::mknodat(dir, name, kind, Mode::from_raw_mode(mode & 0o7777), 0)
+            s.make(req, parent, name, Some(keep), |dir, name| {
+                rustix::fs::mknodat(
+                    dir,
+                    name,
+                    kind,
+                    Mode::from_raw_mode(mode & 0o7777),
+                    u64::from(rdev),
+                )
             })
         );
         reply.entry(&s.cfg.ttl, &attr, Generation(0));
@@ -461,9 +468,13 @@ impl Filesystem for QuireFs {
         let attr = tri!(
             self,
             reply,
-            s.make(req, parent, name, |dir, name| {
-                rustix::fs::mkdirat(dir, name, Mode::from_raw_mode(mode & 0o7777))
-            })
+            s.make(
+                req,
+                parent,
+                name,
+                Some(CapabilitySet::empty()),
+                |dir, name| { rustix::fs::mkdirat(dir, name, Mode::from_raw_mode(mode & 0o7777)) }
+            )
         );
         reply.entry(&s.cfg.ttl, &attr, Generation(0));
     }
@@ -523,9 +534,13 @@ impl Filesystem for QuireFs {
         let attr = tri!(
             self,
             reply,
-            s.make(req, parent, link_name, |dir, name| {
-                rustix::fs::symlinkat(target, dir, name)
-            })
+            s.make(
+                req,
+                parent,
+                link_name,
+                Some(CapabilitySet::empty()),
+                |dir, name| { rustix::fs::symlinkat(target, dir, name) }
+            )
         );
         reply.entry(&s.cfg.ttl, &attr, Generation(0));
     }
@@ -595,7 +610,8 @@ impl Filesystem for QuireFs {
         let attr = tri!(
             self,
             reply,
-            s.make(req, newparent, newname, |dir, name| {
+            // A link makes no file: nothing to own, made as the daemon.
+            s.make(req, newparent, newname, None, |dir, name| {
                 // Links the very file the kernel named (not whatever its name holds now).
                 match rustix::fs::linkat(&src, "", dir, name, AtFlags::EMPTY_PATH) {
                     Err(rustix::io::Errno::NOENT | rustix::io::Errno::PERM) => rustix::fs::linkat(
@@ -650,37 +666,34 @@ impl Filesystem for QuireFs {
     ) {
         let s = &self.state;
         s.counters.op(Op::Create);
-        let (pnode, pd) = tri!(self, reply, s.parent_dentry(parent));
-        let excl = if flags & libc::O_EXCL != 0 {
-            OFlags::EXCL
-        } else {
-            OFlags::empty()
-        };
-        let base = OFlags::CREATE | excl | OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let (_, pd) = tri!(self, reply, s.parent_dentry(parent));
+        let excl = flags & libc::O_EXCL != 0;
         let perm = Mode::from_raw_mode(mode & 0o7777);
-        // Made here (O_EXCL), or — without O_EXCL asked — the file that already has the name;
-        // only a file made here gets the caller's owner.
-        let open = |dir: BorrowedFd<'_>, name: &OsStr, flags: OFlags| match rustix::fs::openat(
-            dir,
-            name,
-            flags | OFlags::DIRECT,
-            perm,
-        ) {
-            Err(rustix::io::Errno::INVAL) => rustix::fs::openat(dir, name, flags, perm),
-            r => r,
+        // The file is made as the caller (an empty regular file, exactly what O_CREAT|O_EXCL
+        // makes: the caller's owner and group, the kernel's set-group-id rules), then opened
+        // by the daemon for its one read-write backing descriptor. Without O_EXCL, a name that
+        // exists already is opened as it is (the kernel checked the caller may).
+        let open = |dir: BorrowedFd<'_>, name: &OsStr| {
+            let base = OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+            match rustix::fs::openat(dir, name, base | OFlags::DIRECT, Mode::empty()) {
+                Err(rustix::io::Errno::INVAL) => rustix::fs::openat(dir, name, base, Mode::empty()),
+                r => r,
+            }
         };
-        let (d, mut st, (fd, made)) = tri!(
+        let (d, st, fd) = tri!(
             self,
             reply,
             s.nodes
                 .dcache()
                 .make_at(&pd, name, |dir, name| {
-                    match open(dir, name, base | OFlags::EXCL) {
-                        Err(rustix::io::Errno::EXIST) if excl.is_empty() => {
-                            open(dir, name, base & !OFlags::CREATE).map(|fd| (fd, false))
-                        }
-                        r => r.map(|fd| (fd, true)),
+                    let made = s.as_caller(req, CapabilitySet::empty(), || {
+                        rustix::fs::mknodat(dir, name, rustix::fs::FileType::RegularFile, perm, 0)
+                    });
+                    match made {
+                        Err(rustix::io::Errno::EXIST) if !excl => {}
+                        r => r?,
                     }
+                    open(dir, name)
                 })
                 .map_err(|e| errno::of_dcache(&e))
         );
@@ -688,9 +701,6 @@ impl Filesystem for QuireFs {
             s.counters.error();
             reply.error(Errno::EISDIR);
             return;
-        }
-        if made {
-            s.chown_new(req, &pnode, fd.as_fd(), &mut st);
         }
         let path = s.nodes.dcache().path_of(&d);
         let node = s.nodes.remember(d);
@@ -742,7 +752,7 @@ impl Filesystem for QuireFs {
 
     fn write(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
         offset: u64,
@@ -752,7 +762,7 @@ impl Filesystem for QuireFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        self.state.write(fh, offset, data, reply);
+        self.state.write(req, fh, offset, data, reply);
     }
 
     fn flush(

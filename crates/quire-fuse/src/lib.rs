@@ -4,6 +4,8 @@
 //! tar) run on it.
 //!
 //! - [`fs`]: [`QuireFs`], the file system.
+//! - [`creds`]: acting as the caller (its ids, groups and capabilities) where a request
+//!   creates something.
 //! - [`nodes`]: FUSE node ids over quire dentries (lookup takes a reference, forget puts exactly
 //!   the kernel's count), testable without FUSE.
 //! - [`files`]: one quire mapping per backing file, its handles, and revalidation against
@@ -14,6 +16,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
+pub mod creds;
 pub mod empty;
 pub mod errno;
 pub mod files;

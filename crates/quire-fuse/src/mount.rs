@@ -14,6 +14,10 @@ pub struct MountOptions {
     pub threads: usize,
     /// Let other users than the one mounting use the mount (`allow_other`).
     pub allow_other: bool,
+    /// Let device nodes in the mount be opened as devices (`dev`). Off by default: the mount
+    /// is `nodev`, as every FUSE mount of an ordinary user is, so a device node made through it
+    /// (which the daemon makes where the caller has `CAP_MKNOD`) is inert here.
+    pub dev: bool,
     /// The source shown in `/proc/mounts`.
     pub fsname: String,
     /// The subtype (`fuse.SUBTYPE` in `/proc/mounts`).
@@ -28,13 +32,15 @@ impl MountOptions {
                 .map_or(2, |n| n.get())
                 .max(2),
             allow_other: false,
+            dev: false,
             fsname: fsname.into(),
             subtype: "quire".into(),
         }
     }
 
     /// fuser's configuration: permissions checked by the kernel (`default_permissions`),
-    /// `allow_other` only on request, one cloned descriptor per thread.
+    /// `nosuid`, `nodev` unless [`MountOptions::dev`], `allow_other` only on request, one
+    /// cloned descriptor per thread.
     pub fn fuser_config(&self) -> Config {
         let mut c = Config::default();
         c.mount_options = vec![
@@ -42,6 +48,12 @@ impl MountOptions {
             MountOption::Subtype(self.subtype.clone()),
             MountOption::DefaultPermissions,
             MountOption::RW,
+            MountOption::NoSuid,
+            if self.dev {
+                MountOption::Dev
+            } else {
+                MountOption::NoDev
+            },
         ];
         c.acl = if self.allow_other {
             SessionACL::All
@@ -119,6 +131,9 @@ pub fn serve<FS: Filesystem>(
     ready: impl FnOnce(),
 ) -> io::Result<()> {
     raise_nofile_limit();
+    // The kernel applied the caller's umask to the mode of every request that creates a
+    // file; the daemon's own must not be applied a second time by the backing calls.
+    rustix::process::umask(rustix::fs::Mode::empty());
     block_stop_signals()?;
     let set = stop_signals();
     let mut session = fuser::Session::new(fs, mountpoint, &opts.fuser_config())?;

@@ -10,6 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
+pub mod as_user;
+
 pub const QUIRE: &str = env!("CARGO_BIN_EXE_quire");
 
 /// A fresh directory on a disk file system (`/var/tmp` if it is one), removed on drop.

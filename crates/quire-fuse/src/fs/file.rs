@@ -38,10 +38,20 @@ impl FsState {
         });
     }
 
-    pub(super) fn write(&self, fh: FileHandle, offset: u64, data: &[u8], reply: ReplyWrite) {
+    pub(super) fn write(
+        &self,
+        req: &Request,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        reply: ReplyWrite,
+    ) {
         let s = self;
         s.counters.op(Op::Write);
         let h = tri!(@state self, reply, s.handle(fh));
+        if h.file.backing.has_privs() {
+            tri!(@state self, reply, s.kill_privs(req, &h.file));
+        }
         let end = tri!(
             @state self,
             reply,
@@ -77,6 +87,31 @@ impl FsState {
                 reply.error(errno::of_filemap(&e));
             }
         }
+    }
+
+    /// Clears the set-user-id bit, and the set-group-id bit where the file is group-executable
+    /// or the caller is not in its group, before a write by a caller without `CAP_FSETID` —
+    /// what the kernel's `file_remove_privs` does for a write (`setattr_should_drop_suidgid`),
+    /// and does not do for a FUSE file opened for direct I/O.
+    #[doc(alias = "file_remove_privs")]
+    pub(super) fn kill_privs(&self, req: &Request, file: &FileData) -> R<()> {
+        let caller = Caller::of(req);
+        if caller.capable(CapabilitySet::FSETID) {
+            return Ok(());
+        }
+        let fd = file.backing.fd();
+        let st = statx_fd(fd).map_err(errno::of_sys)?;
+        let mode = u32::from(st.stx_mode) & 0o7777;
+        let mut kept = mode & !libc::S_ISUID;
+        if mode & libc::S_ISGID != 0 && (mode & libc::S_IXGRP != 0 || !caller.in_group(st.stx_gid))
+        {
+            kept &= !libc::S_ISGID;
+        }
+        if kept != mode {
+            rustix::fs::fchmod(fd, Mode::from_raw_mode(kept)).map_err(errno::of_sys)?;
+        }
+        file.backing.restamp();
+        Ok(())
     }
 
     pub(super) fn fallocate(

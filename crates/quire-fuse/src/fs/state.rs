@@ -241,35 +241,19 @@ impl FsState {
         }
     }
 
-    /// Gives new files and directories the caller's owner when the daemon runs as root (and
-    /// the group of a set-group-id parent directory, as Linux does).
-    pub(super) fn chown_new(
+    /// Runs `f` (one backing system call that creates something) as the caller of `req`
+    /// where the daemon runs as root (see [`crate::creds`]), keeping of the capabilities in
+    /// `keep` those the caller holds.
+    pub(super) fn as_caller<T>(
         &self,
         req: &Request,
-        parent: &Node,
-        fd: BorrowedFd<'_>,
-        st: &mut rustix::fs::Statx,
-    ) {
-        if !self.as_root || (req.uid() == self.euid && req.gid() == self.egid) {
-            return;
+        keep: CapabilitySet,
+        f: impl FnOnce() -> rustix::io::Result<T>,
+    ) -> rustix::io::Result<T> {
+        if !self.creds.switches_for(req.uid(), req.gid()) {
+            return f();
         }
-        let parent_setgid = self
-            .stat_node(parent)
-            .map(|p| u32::from(p.stx_mode) & libc::S_ISGID != 0)
-            .unwrap_or(false);
-        let gid = if parent_setgid { st.stx_gid } else { req.gid() };
-        let ok = rustix::fs::chownat(
-            fd,
-            "",
-            Some(rustix::fs::Uid::from_raw(req.uid())),
-            Some(rustix::fs::Gid::from_raw(gid)),
-            AtFlags::EMPTY_PATH,
-        )
-        .is_ok();
-        if ok {
-            st.stx_uid = req.uid();
-            st.stx_gid = gid;
-        }
+        self.creds.as_caller(&Caller::of(req), keep, f)?
     }
 
     // ---- directories -----------------------------------------------------------------------
@@ -327,33 +311,25 @@ impl FsState {
     }
 
     /// Creates `name` in `parent` with `op` and answers with its entry (one kernel lookup).
+    /// With `as_caller` (the capabilities to keep), `op` runs as the caller, so what it makes
+    /// is the caller's; without, as the daemon (a hard link makes no new file).
     pub(super) fn make(
         &self,
         req: &Request,
         parent: INodeNo,
         name: &OsStr,
+        as_caller: Option<CapabilitySet>,
         op: impl FnOnce(BorrowedFd<'_>, &OsStr) -> rustix::io::Result<()>,
     ) -> R<FileAttr> {
-        let (pnode, pd) = self.parent_dentry(parent)?;
-        let (d, mut st, ()) = self
+        let (_, pd) = self.parent_dentry(parent)?;
+        let (d, st, ()) = self
             .nodes
             .dcache()
-            .make_at(&pd, name, op)
+            .make_at(&pd, name, |dir, name| match as_caller {
+                Some(keep) => self.as_caller(req, keep, || op(dir, name)),
+                None => op(dir, name),
+            })
             .map_err(|e| errno::of_dcache(&e))?;
-        if self.as_root && (req.uid() != self.euid || req.gid() != self.egid) {
-            // Through an O_PATH descriptor of what was made (never following a link).
-            let fd = self.nodes.dcache().with_name(&d, |dir, name| {
-                rustix::fs::openat(
-                    dir,
-                    name,
-                    OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-                    Mode::empty(),
-                )
-            });
-            if let Ok(Ok(fd)) = fd {
-                self.chown_new(req, &pnode, fd.as_fd(), &mut st);
-            }
-        }
         let node = self.nodes.remember(d);
         Ok(attr_of(node.id, &st))
     }
