@@ -450,6 +450,99 @@ fn users_cannot_reach_what_permissions_keep_from_them() {
     expect(&t, "unlink sticky/alices", "EPERM");
 }
 
+#[test]
+fn holes_copies_fallocate_and_locks_behave_as_on_the_backing_file_system() {
+    let Some(b) = Both::new("posix-beyond", &[]) else {
+        return;
+    };
+    let root = User::root();
+    // A sparse file: data at 0 and at 1 MiB, a hole between, then what fallocate makes of it.
+    let t = b.check(&Scenario::new().step(
+        &root,
+        "pwrite f 0 4096
+             pwrite f 1048576 4096
+             size f
+             seek_data f 0
+             seek_hole f 0
+             seek_data f 4096
+             seek_hole f 1048576
+             seek_data f 2000000
+             seek_hole f 2000000
+             fallocate f punch 0 4096
+             seek_data f 0
+             sum f
+             pwrite f 8192 8192
+             fallocate f zero 8192 4096
+             sum f
+             fallocate f zero_keep 1048576 2097152
+             size f
+             fallocate f keep 1052672 65536
+             size f
+             fallocate f alloc 1052672 65536
+             size f
+             sum f
+             copy f g 1118208
+             sum g
+             copy f g2 100
+             sum g2
+             pwrite g3 0 10
+             fallocate f punch 0 8000000
+             sum f
+             seek_hole f 0",
+    ));
+    expect(&t, "seek_data f 4096", "1048576");
+    expect(&t, "seek_hole f 0", "4096");
+    expect(&t, "seek_data f 2000000", "ENXIO");
+    expect(&t, "size f", "1052672");
+    expect(&t, "copy f g 1118208", "1118208");
+
+    // Modes the mount does not do are refused as not supported (programs fall back), where
+    // the backing file system may do them.
+    let t = as_user::run(
+        &b.mnt(),
+        &root,
+        "pwrite h 0 65536\nfallocate h collapse 0 4096\nfallocate h insert 0 4096\nsum h",
+    );
+    assert_eq!(&t[1..3], ["EOPNOTSUPP", "EOPNOTSUPP"], "{t:?}");
+    assert_eq!(
+        t[3],
+        as_user::run(&b.plain(), &root, "pwrite h 0 65536\nsum h")[1]
+    );
+
+    // Locks held by this process are seen by another, on the mount as on the plain directory.
+    use rustix::fs::{self as f, FlockOperation, Mode, OFlags};
+    for dir in [b.mnt(), b.plain()] {
+        let a = f::open(
+            dir.join("a"),
+            OFlags::CREATE | OFlags::RDWR,
+            Mode::from_raw_mode(0o644),
+        )
+        .unwrap();
+        let c = f::open(
+            dir.join("c"),
+            OFlags::CREATE | OFlags::RDWR,
+            Mode::from_raw_mode(0o644),
+        )
+        .unwrap();
+        f::flock(&a, FlockOperation::LockExclusive).unwrap();
+        f::fcntl_lock(&c, FlockOperation::LockExclusive).unwrap();
+        let t = as_user::run(
+            &dir,
+            &root,
+            "flock_nb a\nsetlk_nb c\nflock_nb c\nsetlk_nb a",
+        );
+        assert_eq!(t, ["EAGAIN", "EAGAIN", "ok", "ok"], "in {}", dir.display());
+        drop((a, c));
+        let t = as_user::run(&dir, &root, "flock_nb a\nsetlk_nb c");
+        assert_eq!(
+            t,
+            ["ok", "ok"],
+            "released with the descriptors, in {}",
+            dir.display()
+        );
+    }
+}
+
 /// Swaps `<src>/d` between a real directory and a symbolic link to `outside`, many times, while
 /// calls go through the mount into `d`; then nothing in `outside` may have changed.
 #[test]

@@ -37,10 +37,11 @@ pub enum Op {
     Readlink,
     Xattr,
     Fallocate,
+    Lseek,
     Statfs,
 }
 
-const OPS: [(&str, Op); 24] = [
+const OPS: [(&str, Op); 25] = [
     ("lookup", Op::Lookup),
     ("forget", Op::Forget),
     ("getattr", Op::Getattr),
@@ -64,13 +65,14 @@ const OPS: [(&str, Op); 24] = [
     ("readlink", Op::Readlink),
     ("xattr", Op::Xattr),
     ("fallocate", Op::Fallocate),
+    ("lseek", Op::Lseek),
     ("statfs", Op::Statfs),
 ];
 
 /// The file system's own counters.
 #[derive(Debug, Default)]
 pub struct FsCounters {
-    ops: [AtomicU64; 24],
+    ops: [AtomicU64; 25],
     errors: AtomicU64,
     bytes_read: AtomicU64,
     bytes_written: AtomicU64,

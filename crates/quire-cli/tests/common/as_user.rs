@@ -259,6 +259,12 @@ fn id(s: &str) -> Option<u32> {
 /// | `ctime P [Q]`, `mtime P [Q]` | `same` or `changed` since `mark P` (or `mark Q`: the file was renamed since) |
 /// | `sleep MS` | sleeps |
 /// | `umask MODE` | sets the umask (the child starts with 0) |
+/// | `pwrite P OFF LEN` | writes LEN bytes of a pattern at OFF (`O_CREAT`, 0644) |
+/// | `seek_data P OFF`, `seek_hole P OFF` | `lseek(SEEK_DATA/SEEK_HOLE)`: the offset found |
+/// | `fallocate P HOW OFF LEN` | `HOW`: `alloc`, `keep`, `punch`, `zero`, `zero_keep`, `collapse`, `insert` |
+/// | `size P`, `sum P` | the length; a checksum of the contents (and the length) |
+/// | `copy P Q LEN` | `copy_file_range` of LEN bytes from P's start to Q's (`O_CREAT`): bytes copied |
+/// | `flock_nb P`, `setlk_nb P` | an exclusive `flock`, or a `fcntl` write lock, not waiting |
 pub fn call(root: &Path, w: &[&str], marks: &mut HashMap<String, (i64, i64)>) -> String {
     use rustix::fs::{self as f, Mode, OFlags, CWD};
     let p = |i: usize| root.join(w[i]);
@@ -382,6 +388,85 @@ pub fn call(root: &Path, w: &[&str], marks: &mut HashMap<String, (i64, i64)>) ->
             }
             Err(e) => errno_name(e),
         },
+        "pwrite" => {
+            let (off, len): (u64, usize) = (w[2].parse().unwrap(), w[3].parse().unwrap());
+            let buf: Vec<u8> = (0..len).map(|i| (off as usize + i) as u8 ^ 0x5a).collect();
+            res(open_then(
+                &p(1),
+                OFlags::CREATE | OFlags::WRONLY,
+                0o644,
+                |fd| rustix::io::pwrite(fd, &buf, off).map(drop),
+            ))
+        }
+        "seek_data" | "seek_hole" => {
+            let off = w[2].parse().unwrap();
+            let how = if w[0] == "seek_data" {
+                f::SeekFrom::Data(off)
+            } else {
+                f::SeekFrom::Hole(off)
+            };
+            let mut found = 0;
+            match open_then(&p(1), OFlags::RDONLY, 0, |fd| {
+                found = f::seek(fd, how)?;
+                Ok(())
+            }) {
+                Ok(()) => found.to_string(),
+                Err(e) => errno_name(e),
+            }
+        }
+        "fallocate" => {
+            use f::FallocateFlags as F;
+            let how = match w[2] {
+                "alloc" => F::empty(),
+                "keep" => F::KEEP_SIZE,
+                "punch" => F::PUNCH_HOLE | F::KEEP_SIZE,
+                "zero" => F::ZERO_RANGE,
+                "zero_keep" => F::ZERO_RANGE | F::KEEP_SIZE,
+                "collapse" => F::COLLAPSE_RANGE,
+                "insert" => F::INSERT_RANGE,
+                other => panic!("unknown fallocate mode {other}"),
+            };
+            let (off, len) = (w[3].parse().unwrap(), w[4].parse().unwrap());
+            res(open_then(&p(1), OFlags::RDWR, 0, |fd| {
+                f::fallocate(fd, how, off, len)
+            }))
+        }
+        "size" | "sum" => match std::fs::read(p(1)) {
+            Ok(b) if w[0] == "size" => b.len().to_string(),
+            Ok(b) => {
+                let h = b.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &x| {
+                    (h ^ u64::from(x)).wrapping_mul(0x100_0000_01b3)
+                });
+                format!("{}:{h:016x}", b.len())
+            }
+            Err(e) => errno_name(rustix::io::Errno::from_io_error(&e).unwrap()),
+        },
+        "copy" => {
+            let mut copied = 0;
+            let r = open_then(&p(1), OFlags::RDONLY, 0, |from| {
+                open_then(&p(2), OFlags::CREATE | OFlags::WRONLY, 0o644, |to| {
+                    let (mut a, mut b) = (0u64, 0u64);
+                    copied = f::copy_file_range(
+                        from,
+                        Some(&mut a),
+                        to,
+                        Some(&mut b),
+                        w[3].parse().unwrap(),
+                    )?;
+                    Ok(())
+                })
+            });
+            match r {
+                Ok(()) => copied.to_string(),
+                Err(e) => errno_name(e),
+            }
+        }
+        "flock_nb" => res(open_then(&p(1), OFlags::RDONLY, 0, |fd| {
+            f::flock(fd, f::FlockOperation::NonBlockingLockExclusive)
+        })),
+        "setlk_nb" => res(open_then(&p(1), OFlags::RDWR, 0, |fd| {
+            f::fcntl_lock(fd, f::FlockOperation::NonBlockingLockExclusive)
+        })),
         "umask" => {
             rustix::process::umask(Mode::from_raw_mode(octal(w[1])));
             "ok".into()

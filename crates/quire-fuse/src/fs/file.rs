@@ -114,6 +114,50 @@ impl FsState {
         Ok(())
     }
 
+    /// `SEEK_DATA` and `SEEK_HOLE` (the kernel answers the other kinds itself): the file's
+    /// dirty data is written back first, then the backing file is asked, so that data and
+    /// holes are where the backing file system has them. Past the backing file's end, up to
+    /// the length the mount gives the file (extended by a cut not yet written), is a hole.
+    pub(super) fn lseek(&self, fh: FileHandle, offset: i64, whence: i32, reply: ReplyLseek) {
+        let s = self;
+        s.counters.op(Op::Lseek);
+        let h = tri!(@state self, reply, s.handle(fh));
+        let f = &h.file;
+        let len = f.main.len();
+        let data = match whence {
+            libc::SEEK_DATA => true,
+            libc::SEEK_HOLE => false,
+            _ => {
+                s.counters.error();
+                reply.error(Errno::EINVAL);
+                return;
+            }
+        };
+        if offset < 0 || offset as u64 >= len {
+            s.counters.error();
+            reply.error(Errno::ENXIO);
+            return;
+        }
+        tri!(@state self, reply, f.main.flush().map_err(|e| errno::of_filemap(&e)));
+        let at = offset as u64;
+        let whence = if data {
+            rustix::fs::SeekFrom::Data(at)
+        } else {
+            rustix::fs::SeekFrom::Hole(at)
+        };
+        let found = match rustix::fs::seek(f.backing.fd(), whence) {
+            Ok(pos) => pos.min(len),
+            // Past the backing file's end: a hole up to the mount's length.
+            Err(rustix::io::Errno::NXIO) if !data => at,
+            Err(e) => {
+                s.counters.error();
+                reply.error(errno::of_sys(e));
+                return;
+            }
+        };
+        reply.offset(found as i64);
+    }
+
     pub(super) fn fallocate(
         &self,
         fh: FileHandle,
