@@ -35,7 +35,8 @@ fn dd_64_mib_with_conv_fsync_reaches_the_source_byte_for_byte() {
 
 /// fio's options for the random-write job (the verify pass must repeat them).
 const FIO_JOB: &str = "--name=rw --rw=randwrite --bs=4k --size=16M --numjobs=2 \
-     --ioengine=psync --verify=crc32c --randrepeat=1 --fsync_on_close=1 --group_reporting";
+     --ioengine=psync --verify=crc32c --randrepeat=1 --fsync_on_close=1 --group_reporting \
+     --verify_state_save=0";
 
 #[test]
 fn fio_random_writes_verify_in_the_job_after_a_remount_and_on_the_source() {

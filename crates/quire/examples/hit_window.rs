@@ -18,7 +18,7 @@
 //! and, for scale, the latency of one dependent miss (`chase`: each page holds the index of the
 //! next, in a random cycle).
 //!
-//! `cargo run --release -p quire --example hit_window -- [MiB] [seconds]` (256 MiB and 1 s a
+//! `cargo run --release -p quire-cache --example hit_window -- [MiB] [seconds]` (256 MiB and 1 s a
 //! line by default). x86_64 only (the padding is assembly); elsewhere it prints why it skipped.
 
 #[cfg(target_arch = "x86_64")]

@@ -3,7 +3,7 @@
 //! its variants in one process). Prints hits per second as a sanity check only; figures for the
 //! record come from `quire bench`.
 //!
-//! `cargo run --release -p quire --example hot_hits -- MODE [MiB] [seconds]`: `ref` takes a
+//! `cargo run --release -p quire-cache --example hot_hits -- MODE [MiB] [seconds]`: `ref` takes a
 //! zero-copy reference with `read_folio` and reads 64 bytes of the page, `read` copies the page
 //! with `read_at`, `reader-ref` and `reader-read` do the same through a `FileReader`, `read64` and
 //! `reader-read64` copy 64 bytes of the page with `read_at` (no reference taken on a hit), `with`

@@ -13,7 +13,7 @@
 //! cache, rebuilds the index by scanning the log (through a `FileCursor` under a
 //! `BufReader`), cuts the torn record off, and checks every key against a model.
 //!
-//! `cargo run --release -p quire --example kv_store`
+//! `cargo run --release -p quire-cache --example kv_store`
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::{BufReader, ErrorKind, Read};

@@ -6,7 +6,7 @@
 //! checked against what was written. Then it prints the hit ratio, what the cache holds and
 //! the counters of the run, `/proc/vmstat` style.
 //!
-//! `cargo run --release -p quire --example read_through`
+//! `cargo run --release -p quire-cache --example read_through`
 //!
 //! The file is opened with `IoMode::PreferDirect` so that misses really go to the disk (or
 //! tmpfs, which refuses `O_DIRECT`: then the kernel's copy sits behind quire's).

@@ -65,7 +65,7 @@
 //! # Examples
 //!
 //! In `crates/quire/examples/`, each runnable with no arguments
-//! (`cargo run --release -p quire --example NAME`):
+//! (`cargo run --release -p quire-cache --example NAME`):
 //!
 //! - `read_through`: a 64 MiB file read at random through an 8 MiB cache, with the hit ratio
 //!   and the counters of the run.
@@ -122,5 +122,5 @@ pub use store::{FaultyStore, FileStore, IoMode, MemStore, OpenOptions, Store, St
 
 /// The README's Rust blocks, compiled and run by `cargo test --doc`.
 #[cfg(doctest)]
-#[doc = include_str!("../../../README.md")]
+#[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;

@@ -15,7 +15,7 @@
 //! (`quire::mem::borrow::broken`) and must fail there.
 //!
 //! Run with
-//! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 CARGO_TARGET_DIR=target/loom cargo test -p quire --release --test loom_borrow -- --test-threads=1`.
+//! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 CARGO_TARGET_DIR=target/loom cargo test -p quire-cache --release --test loom_borrow -- --test-threads=1`.
 #![cfg(loom)]
 
 use std::ptr::NonNull;

@@ -2,7 +2,7 @@
 //! `quire::dcache::tree` (public under `--cfg loom`; no file system involved).
 //!
 //! Run with
-//! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 cargo test -p quire --release --test loom_dcache`.
+//! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 cargo test -p quire-cache --release --test loom_dcache`.
 #![cfg(loom)]
 
 use std::sync::Arc;

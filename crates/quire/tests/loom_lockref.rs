@@ -2,7 +2,7 @@
 //! threads doing gets, puts and locked sections on one `LockRef`.
 //!
 //! Run with
-//! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 cargo test -p quire --release --test loom_lockref`.
+//! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 cargo test -p quire-cache --release --test loom_lockref`.
 //!
 //! What is checked, for both policies:
 //! - no count is lost or doubled: after every thread has taken and dropped its references by

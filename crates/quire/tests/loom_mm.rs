@@ -13,7 +13,7 @@
 //! there: a model that passes a broken protocol proves nothing.
 //!
 //! Run with
-//! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 cargo test -p quire --release --test loom_mm`.
+//! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 cargo test -p quire-cache --release --test loom_mm`.
 #![cfg(loom)]
 
 use loom::sync::atomic::{AtomicBool, Ordering};

@@ -15,7 +15,7 @@
 //! must fail there: a model that passes a broken protocol proves nothing.
 //!
 //! Run with
-//! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 cargo test -p quire --release --test loom_seq`.
+//! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 cargo test -p quire-cache --release --test loom_seq`.
 #![cfg(loom)]
 
 use std::ptr::NonNull;

@@ -2,7 +2,7 @@
 //! Loom models of the XArray's lock-free reads (nodes have 4 slots under `--cfg loom`).
 //!
 //! Run with
-//! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 cargo test -p quire --release --test loom_xarray`.
+//! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 cargo test -p quire-cache --release --test loom_xarray`.
 
 use loom::sync::atomic::{AtomicBool, Ordering};
 use loom::sync::Arc;

@@ -1,6 +1,6 @@
 //! The `tracing` feature: the slow paths emit events — direct reclaim, a write-back error
 //! recorded, a writer throttled at the dirty limit, a write refused there — with their fields.
-//! Run with `cargo test -p quire --features tracing --test tracing_events`.
+//! Run with `cargo test -p quire-cache --features tracing --test tracing_events`.
 #![cfg(feature = "tracing")]
 
 mod common;
