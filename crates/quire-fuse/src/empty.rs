@@ -15,11 +15,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
 use fuser::{
-    BsdFileFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
-    INodeNo, KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
-    ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow, WriteFlags,
+    Errno, FileAttr, FileHandle, FileType, FopenFlags, INodeNo, OpenFlags, ReplyDirectory, Request,
 };
 use parking_lot::RwLock;
+
+use crate::serve::{Fuse, Open, ReadBuf, Res, Serve, SetAttr, Statfs};
 
 struct ENode {
     kind: FileType,
@@ -41,8 +41,9 @@ pub struct Empty {
 static ZEROS: [u8; 1 << 20] = [0; 1 << 20];
 
 impl Empty {
-    /// A copy of the names under `src` (recursively; symbolic links are not followed).
-    pub fn new(src: &Path) -> io::Result<Empty> {
+    /// A copy of the names under `src` (recursively; symbolic links are not followed), ready
+    /// to mount.
+    pub fn new(src: &Path) -> io::Result<Fuse<Empty>> {
         let mut nodes = vec![ENode {
             kind: FileType::Directory,
             perm: 0o755,
@@ -80,11 +81,11 @@ impl Empty {
                 }
             }
         }
-        Ok(Empty {
+        Ok(Fuse::new(Empty {
             nodes: RwLock::new(nodes),
             mtime: SystemTime::now(),
             ttl: Duration::from_secs(1),
-        })
+        }))
     }
 
     fn attr(&self, id: u64) -> Result<FileAttr, Errno> {
@@ -113,68 +114,45 @@ impl Empty {
     }
 }
 
-impl Filesystem for Empty {
-    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
-        let _ = config.set_max_write(1 << 20);
-        let _ = config.set_max_background(64);
-        Ok(())
+/// Every open answers direct I/O: each read and write reaches the daemon.
+const OPEN_FLAGS: FopenFlags =
+    FopenFlags::FOPEN_DIRECT_IO.union(FopenFlags::FOPEN_PARALLEL_DIRECT_WRITES);
+
+impl Serve for Empty {
+    type AfterWrite = ();
+
+    fn ttl(&self) -> Duration {
+        self.ttl
     }
 
-    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+    fn lookup(&self, parent: INodeNo, name: &OsStr) -> Res<FileAttr> {
         let id = {
             let nodes = self.nodes.read();
             nodes
                 .get((parent.0 as usize).wrapping_sub(1))
                 .and_then(|p| p.children.get(name).copied())
         };
-        match id.map(|id| self.attr(id)) {
-            Some(Ok(a)) => reply.entry(&self.ttl, &a, Generation(0)),
-            Some(Err(e)) => reply.error(e),
-            None => reply.error(Errno::ENOENT),
-        }
+        self.attr(id.ok_or(Errno::ENOENT)?)
     }
 
-    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        match self.attr(ino.0) {
-            Ok(a) => reply.attr(&self.ttl, &a),
-            Err(e) => reply.error(e),
-        }
+    fn getattr(&self, ino: INodeNo, _fh: Option<FileHandle>) -> Res<FileAttr> {
+        self.attr(ino.0)
     }
 
-    fn setattr(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        _mode: Option<u32>,
-        _uid: Option<u32>,
-        _gid: Option<u32>,
-        size: Option<u64>,
-        _atime: Option<TimeOrNow>,
-        _mtime: Option<TimeOrNow>,
-        _ctime: Option<SystemTime>,
-        _fh: Option<FileHandle>,
-        _crtime: Option<SystemTime>,
-        _chgtime: Option<SystemTime>,
-        _bkuptime: Option<SystemTime>,
-        _flags: Option<BsdFileFlags>,
-        reply: ReplyAttr,
-    ) {
-        if let Some(size) = size {
+    fn setattr(&self, ino: INodeNo, set: &SetAttr) -> Res<FileAttr> {
+        if let Some(size) = set.size {
             if let Some(n) = self.nodes.read().get((ino.0 as usize).wrapping_sub(1)) {
                 n.size.store(size, Ordering::Relaxed);
             }
         }
-        match self.attr(ino.0) {
-            Ok(a) => reply.attr(&self.ttl, &a),
-            Err(e) => reply.error(e),
-        }
+        self.attr(ino.0)
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        reply.opened(
-            FileHandle(ino.0),
-            FopenFlags::FOPEN_DIRECT_IO | FopenFlags::FOPEN_PARALLEL_DIRECT_WRITES,
-        );
+    fn open(&self, ino: INodeNo, _flags: OpenFlags) -> Res<Open> {
+        Ok(Open {
+            fh: FileHandle(ino.0),
+            flags: OPEN_FLAGS,
+        })
     }
 
     fn create(
@@ -183,16 +161,13 @@ impl Filesystem for Empty {
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
-        _umask: u32,
         _flags: i32,
-        reply: ReplyCreate,
-    ) {
+    ) -> Res<(FileAttr, Open)> {
         let id = {
             let mut nodes = self.nodes.write();
-            let Some(p) = nodes.get((parent.0 as usize).wrapping_sub(1)) else {
-                reply.error(Errno::ENOENT);
-                return;
-            };
+            let p = nodes
+                .get((parent.0 as usize).wrapping_sub(1))
+                .ok_or(Errno::ENOENT)?;
             match p.children.get(name) {
                 Some(&id) => id,
                 None => {
@@ -212,38 +187,27 @@ impl Filesystem for Empty {
                 }
             }
         };
-        match self.attr(id) {
-            Ok(a) => reply.created(
-                &self.ttl,
-                &a,
-                Generation(0),
-                FileHandle(id),
-                FopenFlags::FOPEN_DIRECT_IO | FopenFlags::FOPEN_PARALLEL_DIRECT_WRITES,
-            ),
-            Err(e) => reply.error(e),
-        }
+        let open = Open {
+            fh: FileHandle(id),
+            flags: OPEN_FLAGS,
+        };
+        Ok((self.attr(id)?, open))
     }
 
-    fn read(
-        &self,
-        _req: &Request,
+    fn read<'a>(
+        &'a self,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
-        size: u32,
-        _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
-        reply: ReplyData,
-    ) {
+        buf: ReadBuf<'a>,
+    ) -> Res<&'a [u8]> {
         let len = match self.nodes.read().get((ino.0 as usize).wrapping_sub(1)) {
             Some(n) => n.size.load(Ordering::Relaxed),
-            None => {
-                reply.error(Errno::ESTALE);
-                return;
-            }
+            None => return Err(Errno::ESTALE),
         };
-        let n = len.saturating_sub(offset).min(u64::from(size)) as usize;
-        reply.data(&ZEROS[..n.min(ZEROS.len())]);
+        // Straight from the zeros: the buffer is never touched.
+        let n = len.saturating_sub(offset).min(buf.size() as u64) as usize;
+        Ok(&ZEROS[..n.min(ZEROS.len())])
     }
 
     fn write(
@@ -253,72 +217,50 @@ impl Filesystem for Empty {
         _fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _write_flags: WriteFlags,
-        _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
-        reply: ReplyWrite,
-    ) {
+    ) -> Res<(u32, ())> {
         if let Some(n) = self.nodes.read().get((ino.0 as usize).wrapping_sub(1)) {
             n.size
                 .fetch_max(offset + data.len() as u64, Ordering::Relaxed);
         }
-        reply.written(data.len() as u32);
+        Ok((data.len() as u32, ()))
     }
 
-    fn flush(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        _lock_owner: LockOwner,
-        reply: ReplyEmpty,
-    ) {
-        reply.ok();
+    fn flush(&self, _ino: INodeNo, _fh: FileHandle) -> Res<()> {
+        Ok(())
     }
 
-    fn fsync(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        _datasync: bool,
-        reply: ReplyEmpty,
-    ) {
-        reply.ok();
+    fn fsync(&self, _ino: INodeNo, _fh: FileHandle, _datasync: bool) -> Res<()> {
+        Ok(())
     }
 
-    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+    fn unlink(&self, parent: INodeNo, name: &OsStr) -> Res<()> {
         let mut nodes = self.nodes.write();
-        match nodes.get_mut((parent.0 as usize).wrapping_sub(1)) {
-            Some(p) => {
-                if p.children.remove(name).is_some() {
-                    p.order.retain(|n| n != name);
-                    reply.ok();
-                } else {
-                    reply.error(Errno::ENOENT);
-                }
-            }
-            None => reply.error(Errno::ENOENT),
-        }
+        let p = nodes
+            .get_mut((parent.0 as usize).wrapping_sub(1))
+            .ok_or(Errno::ENOENT)?;
+        p.children.remove(name).ok_or(Errno::ENOENT)?;
+        p.order.retain(|n| n != name);
+        Ok(())
     }
 
-    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        reply.opened(FileHandle(ino.0), FopenFlags::empty());
+    fn opendir(&self, ino: INodeNo, _flags: OpenFlags) -> Res<Open> {
+        Ok(Open {
+            fh: FileHandle(ino.0),
+            flags: FopenFlags::empty(),
+        })
     }
 
     fn readdir(
         &self,
-        _req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
-        mut reply: ReplyDirectory,
-    ) {
+        out: &mut ReplyDirectory,
+    ) -> Res<()> {
         let nodes = self.nodes.read();
-        let Some(d) = nodes.get((ino.0 as usize).wrapping_sub(1)) else {
-            reply.error(Errno::ESTALE);
-            return;
-        };
+        let d = nodes
+            .get((ino.0 as usize).wrapping_sub(1))
+            .ok_or(Errno::ESTALE)?;
         let mut all: Vec<(u64, FileType, &OsStr)> = vec![
             (ino.0, FileType::Directory, OsStr::new(".")),
             (d.parent, FileType::Directory, OsStr::new("..")),
@@ -328,15 +270,24 @@ impl Filesystem for Empty {
             all.push((id, nodes[id as usize - 1].kind, name));
         }
         for (i, (id, kind, name)) in all.into_iter().enumerate().skip(offset as usize) {
-            if reply.add(INodeNo(id), i as u64 + 1, kind, name) {
+            if out.add(INodeNo(id), i as u64 + 1, kind, name) {
                 break;
             }
         }
-        reply.ok();
+        Ok(())
     }
 
-    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        reply.statfs(1 << 30, 1 << 29, 1 << 29, 1 << 20, 1 << 19, 4096, 255, 4096);
+    fn statfs(&self, _ino: INodeNo) -> Res<Statfs> {
+        Ok(Statfs {
+            blocks: 1 << 30,
+            bfree: 1 << 29,
+            bavail: 1 << 29,
+            files: 1 << 20,
+            ffree: 1 << 19,
+            bsize: 4096,
+            namelen: 255,
+            frsize: 4096,
+        })
     }
 }
 

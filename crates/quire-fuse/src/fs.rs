@@ -32,37 +32,15 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{
-    BsdFileFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
-    INodeNo, InitFlags, KernelConfig, LockOwner, OpenAccMode, OpenFlags, RenameFlags, ReplyAttr,
-    ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek,
-    ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    Errno, FileAttr, FileHandle, FileType, FopenFlags, Generation, INodeNo, InitFlags,
+    KernelConfig, OpenAccMode, OpenFlags, RenameFlags, ReplyDirectory, ReplyDirectoryPlus, Request,
+    TimeOrNow,
 };
 use parking_lot::Mutex;
 use quire::dcache::{DcacheConfig, DentryRef, FileKind, Identity, RenameMode};
 use quire::filemap::{CacheConfig, CachedFile, PageCache};
 use rustix::fs::{AtFlags, FallocateFlags, Mode, OFlags, StatxFlags, Timespec, Timestamps, CWD};
 use rustix::thread::CapabilitySet;
-
-/// The value of a `Result`, or: count the error, answer the kernel with it, and return.
-/// `tri!(self, …)` in a `QuireFs` operation, `tri!(@state self, …)` in an `FsState` method.
-macro_rules! tri {
-    ($self:ident, $reply:ident, $e:expr) => {
-        tri!(@counters $self.state.counters, $reply, $e)
-    };
-    (@state $self:ident, $reply:ident, $e:expr) => {
-        tri!(@counters $self.counters, $reply, $e)
-    };
-    (@counters $counters:expr, $reply:ident, $e:expr) => {
-        match $e {
-            Ok(v) => v,
-            Err(err) => {
-                $counters.error();
-                $reply.error(err);
-                return;
-            }
-        }
-    };
-}
 
 mod attr;
 mod dir;
@@ -72,11 +50,13 @@ mod xattr;
 
 use attr::*;
 pub(crate) use attr::{attr_of, statx_fd};
+pub use file::WriteBehind;
 
 use crate::creds::{Caller, DaemonCreds};
 use crate::errno;
 use crate::files::{is_eof, FileData, Files, Opened};
 use crate::nodes::{Node, Nodes, ROOT_ID};
+use crate::serve::{AfterReply, Fuse, Open, ReadBuf, Res as R, Serve, SetAttr, Statfs, Xattr};
 use crate::stats::{FsCounters, Op, STATS_XATTR};
 
 /// How a [`QuireFs`] is set up.
@@ -233,14 +213,15 @@ impl Space {
     }
 }
 
-/// The file system: a thin handle on [`FsState`], as fuser wants it.
+/// The file system: a thin handle on [`FsState`], served through [`Fuse`].
 pub struct QuireFs {
     state: Arc<FsState>,
 }
 
 impl QuireFs {
-    /// A file system serving `src` through a page cache of `cfg.capacity` bytes.
-    pub fn new(src: &Path, cfg: FsConfig) -> Result<QuireFs, SetupError> {
+    /// A file system serving `src` through a page cache of `cfg.capacity` bytes, ready to
+    /// mount.
+    pub fn new(src: &Path, cfg: FsConfig) -> Result<Fuse<QuireFs>, SetupError> {
         let nodes = Nodes::new(
             src,
             DcacheConfig {
@@ -258,7 +239,7 @@ impl QuireFs {
         cc.readahead_max = cfg.readahead;
         let cache = PageCache::new(cc)?;
         let files = Files::new(cache, cfg.max_closed_files);
-        Ok(QuireFs {
+        Ok(Fuse::new(QuireFs {
             state: Arc::new(FsState {
                 nodes,
                 files,
@@ -273,7 +254,7 @@ impl QuireFs {
                 mmap_allowed: AtomicBool::new(false),
                 creds: DaemonCreds::current(),
             }),
-        })
+        }))
     }
 
     /// The shared state (for writing everything back from another thread, and for tests).
@@ -282,11 +263,19 @@ impl QuireFs {
     }
 }
 
-/// `Ok` or the `errno` to answer with.
-type R<T> = Result<T, Errno>;
+impl Serve for QuireFs {
+    type AfterWrite = WriteBehind;
 
-impl Filesystem for QuireFs {
-    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
+    fn ttl(&self) -> Duration {
+        self.state.cfg.ttl
+    }
+
+    #[inline]
+    fn failed(&self, _errno: Errno) {
+        self.state.counters.error();
+    }
+
+    fn init(&mut self, config: &mut KernelConfig) -> io::Result<()> {
         let want = [
             InitFlags::FUSE_DO_READDIRPLUS,
             InitFlags::FUSE_READDIRPLUS_AUTO,
@@ -303,8 +292,6 @@ impl Filesystem for QuireFs {
         {
             self.state.mmap_allowed.store(true, Ordering::Relaxed);
         }
-        let _ = config.set_max_write(1 << 20);
-        let _ = config.set_max_background(64);
         Ok(())
     }
 
@@ -321,94 +308,60 @@ impl Filesystem for QuireFs {
         self.state.nodes.forget_all();
     }
 
-    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+    fn lookup(&self, parent: INodeNo, name: &OsStr) -> R<FileAttr> {
         let s = &self.state;
         s.counters.op(Op::Lookup);
-        let pnode = tri!(self, reply, s.node(parent));
-        let (node, st) = tri!(
-            self,
-            reply,
-            s.nodes
-                .lookup(&pnode, name)
-                .map_err(|e| errno::of_dcache(&e))
-        );
-        let attr = s.entry(&node, &st);
-        reply.entry(&s.cfg.ttl, &attr, Generation(0));
+        let pnode = s.node(parent)?;
+        let (node, st) = s
+            .nodes
+            .lookup(&pnode, name)
+            .map_err(|e| errno::of_dcache(&e))?;
+        Ok(s.entry(&node, &st))
     }
 
-    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+    fn forget(&self, ino: INodeNo, nlookup: u64) {
         self.state.counters.op(Op::Forget);
         self.state.nodes.forget(ino.0, nlookup);
     }
 
-    fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+    fn getattr(&self, ino: INodeNo, fh: Option<FileHandle>) -> R<FileAttr> {
         let s = &self.state;
         s.counters.op(Op::Getattr);
-        let node = tri!(self, reply, s.node(ino));
+        let node = s.node(ino)?;
         // With a handle (fstat), the open file answers even after its last name went.
         let st = match fh.and_then(|fh| s.handle(fh).ok()) {
             Some(h) => {
-                let mut st = tri!(
-                    self,
-                    reply,
-                    statx_fd(h.file.backing.fd()).map_err(errno::of_sys)
-                );
+                let mut st = statx_fd(h.file.backing.fd()).map_err(errno::of_sys)?;
                 st.stx_size = h.file.main.len();
                 st
             }
-            None => tri!(self, reply, s.stat_node(&node)),
+            None => s.stat_node(&node)?,
         };
-        reply.attr(&s.cfg.ttl, &attr_of(node.id, &st));
+        Ok(attr_of(node.id, &st))
     }
 
-    fn setattr(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        mode: Option<u32>,
-        uid: Option<u32>,
-        gid: Option<u32>,
-        size: Option<u64>,
-        atime: Option<TimeOrNow>,
-        mtime: Option<TimeOrNow>,
-        _ctime: Option<SystemTime>,
-        fh: Option<FileHandle>,
-        _crtime: Option<SystemTime>,
-        _chgtime: Option<SystemTime>,
-        _bkuptime: Option<SystemTime>,
-        _flags: Option<BsdFileFlags>,
-        reply: ReplyAttr,
-    ) {
+    fn setattr(&self, ino: INodeNo, set: &SetAttr) -> R<FileAttr> {
         let s = &self.state;
         s.counters.op(Op::Setattr);
-        let node = tri!(self, reply, s.node(ino));
-        let st = tri!(
-            self,
-            reply,
-            s.set_attr(&node, fh, mode, uid, gid, size, atime, mtime)
-        );
-        reply.attr(&s.cfg.ttl, &attr_of(node.id, &st));
+        let node = s.node(ino)?;
+        let st = s.set_attr(&node, set)?;
+        Ok(attr_of(node.id, &st))
     }
 
-    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+    fn readlink(&self, ino: INodeNo) -> R<Vec<u8>> {
         let s = &self.state;
         s.counters.op(Op::Readlink);
-        let node = tri!(self, reply, s.node(ino));
-        let d = tri!(self, reply, s.dentry(&node));
-        let target = tri!(
-            self,
-            reply,
-            s.nodes
-                .dcache()
-                .with_name(&d, |dir, name| rustix::fs::readlinkat(
-                    dir,
-                    name,
-                    Vec::new()
-                ))
-                .map_err(|e| errno::of_dcache(&e))
-                .and_then(|r| r.map_err(errno::of_sys))
-        );
-        reply.data(target.as_bytes());
+        let node = s.node(ino)?;
+        let d = s.dentry(&node)?;
+        let target = s
+            .nodes
+            .dcache()
+            .with_name(&d, |dir, name| {
+                rustix::fs::readlinkat(dir, name, Vec::new())
+            })
+            .map_err(|e| errno::of_dcache(&e))?
+            .map_err(errno::of_sys)?;
+        Ok(target.into_bytes())
     }
 
     fn mknod(
@@ -417,10 +370,8 @@ impl Filesystem for QuireFs {
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
-        _umask: u32,
         rdev: u32,
-        reply: ReplyEntry,
-    ) {
+    ) -> R<FileAttr> {
         let s = &self.state;
         s.counters.op(Op::Mknod);
         let (kind, keep) = match mode & libc::S_IFMT {
@@ -432,57 +383,28 @@ impl Filesystem for QuireFs {
             // through it.
             libc::S_IFCHR => (rustix::fs::FileType::CharacterDevice, CapabilitySet::MKNOD),
             libc::S_IFBLK => (rustix::fs::FileType::BlockDevice, CapabilitySet::MKNOD),
-            _ => {
-                s.counters.error();
-                reply.error(Errno::EINVAL);
-                return;
-            }
+            _ => return Err(Errno::EINVAL),
         };
-        let attr = tri!(
-            self,
-            reply,
-            s.make(req, parent, name, Some(keep), |dir, name| {
-                rustix::fs::mknodat(
-                    dir,
-                    name,
-                    kind,
-                    Mode::from_raw_mode(mode & 0o7777),
-                    u64::from(rdev),
-                )
-            })
-        );
-        reply.entry(&s.cfg.ttl, &attr, Generation(0));
+        s.make(req, parent, name, Some(keep), |dir, name| {
+            let perm = Mode::from_raw_mode(mode & 0o7777);
+            rustix::fs::mknodat(dir, name, kind, perm, u64::from(rdev))
+        })
     }
 
-    fn mkdir(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        mode: u32,
-        _umask: u32,
-        reply: ReplyEntry,
-    ) {
+    fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32) -> R<FileAttr> {
         let s = &self.state;
         s.counters.op(Op::Mkdir);
-        let attr = tri!(
-            self,
-            reply,
-            s.make(
-                req,
-                parent,
-                name,
-                Some(CapabilitySet::empty()),
-                |dir, name| { rustix::fs::mkdirat(dir, name, Mode::from_raw_mode(mode & 0o7777)) }
-            )
-        );
-        reply.entry(&s.cfg.ttl, &attr, Generation(0));
+        let perm = Mode::from_raw_mode(mode & 0o7777);
+        let keep = Some(CapabilitySet::empty());
+        s.make(req, parent, name, keep, |dir, name| {
+            rustix::fs::mkdirat(dir, name, perm)
+        })
     }
 
-    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+    fn unlink(&self, parent: INodeNo, name: &OsStr) -> R<()> {
         let s = &self.state;
         s.counters.op(Op::Unlink);
-        let (_, pd) = tri!(self, reply, s.parent_dentry(parent));
+        let (_, pd) = s.parent_dentry(parent)?;
         // What is cached of a file nobody has open is of no use once its name is gone (if it
         // has other links, the next open makes a new mapping).
         let gone = s
@@ -491,70 +413,44 @@ impl Filesystem for QuireFs {
             .lookup_stat(&pd, name)
             .ok()
             .map(|(d, _)| d.identity());
-        tri!(
-            self,
-            reply,
-            s.nodes
-                .dcache()
-                .unlink_at(&pd, name)
-                .map_err(|e| errno::of_dcache(&e))
-        );
+        s.nodes
+            .dcache()
+            .unlink_at(&pd, name)
+            .map_err(|e| errno::of_dcache(&e))?;
         if let Some(Some(ident)) = gone {
             s.files.forget_closed(&ident);
             s.restamp(&ident);
         }
-        reply.ok();
+        Ok(())
     }
 
-    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+    fn rmdir(&self, parent: INodeNo, name: &OsStr) -> R<()> {
         let s = &self.state;
         s.counters.op(Op::Rmdir);
-        let (_, pd) = tri!(self, reply, s.parent_dentry(parent));
-        tri!(
-            self,
-            reply,
-            s.nodes
-                .dcache()
-                .rmdir_at(&pd, name)
-                .map_err(|e| errno::of_dcache(&e))
-        );
-        reply.ok();
+        let (_, pd) = s.parent_dentry(parent)?;
+        s.nodes
+            .dcache()
+            .rmdir_at(&pd, name)
+            .map_err(|e| errno::of_dcache(&e))
     }
 
-    fn symlink(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        link_name: &OsStr,
-        target: &Path,
-        reply: ReplyEntry,
-    ) {
+    fn symlink(&self, req: &Request, parent: INodeNo, name: &OsStr, target: &Path) -> R<FileAttr> {
         let s = &self.state;
         s.counters.op(Op::Symlink);
-        let attr = tri!(
-            self,
-            reply,
-            s.make(
-                req,
-                parent,
-                link_name,
-                Some(CapabilitySet::empty()),
-                |dir, name| { rustix::fs::symlinkat(target, dir, name) }
-            )
-        );
-        reply.entry(&s.cfg.ttl, &attr, Generation(0));
+        let keep = Some(CapabilitySet::empty());
+        s.make(req, parent, name, keep, |dir, name| {
+            rustix::fs::symlinkat(target, dir, name)
+        })
     }
 
     fn rename(
         &self,
-        _req: &Request,
         parent: INodeNo,
         name: &OsStr,
         newparent: INodeNo,
         newname: &OsStr,
         flags: RenameFlags,
-        reply: ReplyEmpty,
-    ) {
+    ) -> R<()> {
         let s = &self.state;
         s.counters.op(Op::Rename);
         let mode = if flags.contains(RenameFlags::RENAME_EXCHANGE) {
@@ -564,30 +460,24 @@ impl Filesystem for QuireFs {
         } else if flags.is_empty() {
             RenameMode::Replace
         } else {
-            s.counters.error();
-            reply.error(Errno::EINVAL);
-            return;
+            return Err(Errno::EINVAL);
         };
-        let (_, od) = tri!(self, reply, s.parent_dentry(parent));
-        let (_, nd) = tri!(self, reply, s.parent_dentry(newparent));
+        let (_, od) = s.parent_dentry(parent)?;
+        let (_, nd) = s.parent_dentry(newparent)?;
         // A rename changes the files' ctime: note it as a change made through the mount.
         let moved: Vec<Identity> = [(&od, name), (&nd, newname)]
             .into_iter()
             .filter_map(|(d, n)| s.nodes.dcache().lookup_stat(d, n).ok())
             .filter_map(|(d, _)| d.identity())
             .collect();
-        tri!(
-            self,
-            reply,
-            s.nodes
-                .dcache()
-                .rename_at2(&od, name, &nd, newname, mode)
-                .map_err(|e| errno::of_dcache(&e))
-        );
+        s.nodes
+            .dcache()
+            .rename_at2(&od, name, &nd, newname, mode)
+            .map_err(|e| errno::of_dcache(&e))?;
         for ident in &moved {
             s.restamp(ident);
         }
-        reply.ok();
+        Ok(())
     }
 
     fn link(
@@ -596,62 +486,46 @@ impl Filesystem for QuireFs {
         ino: INodeNo,
         newparent: INodeNo,
         newname: &OsStr,
-        reply: ReplyEntry,
-    ) {
+    ) -> R<FileAttr> {
         let s = &self.state;
         s.counters.op(Op::Link);
-        let node = tri!(self, reply, s.node(ino));
+        let node = s.node(ino)?;
         if node.ident.kind == FileKind::Dir {
-            s.counters.error();
-            reply.error(Errno::EPERM);
-            return;
+            return Err(Errno::EPERM);
         }
-        let src = tri!(self, reply, s.opath(&node));
-        let attr = tri!(
-            self,
-            reply,
-            // A link makes no file: nothing to own, made as the daemon.
-            s.make(req, newparent, newname, None, |dir, name| {
-                // Links the very file the kernel named (not whatever its name holds now).
-                match rustix::fs::linkat(&src, "", dir, name, AtFlags::EMPTY_PATH) {
-                    Err(rustix::io::Errno::NOENT | rustix::io::Errno::PERM) => rustix::fs::linkat(
-                        CWD,
-                        proc_path(src.as_fd()),
-                        dir,
-                        name,
-                        AtFlags::SYMLINK_FOLLOW,
-                    ),
-                    r => r,
-                }
-            })
-        );
+        let src = s.opath(&node)?;
+        // A link makes no file: nothing to own, made as the daemon.
+        let attr = s.make(req, newparent, newname, None, |dir, name| {
+            // Links the very file the kernel named (not whatever its name holds now).
+            match rustix::fs::linkat(&src, "", dir, name, AtFlags::EMPTY_PATH) {
+                Err(rustix::io::Errno::NOENT | rustix::io::Errno::PERM) => rustix::fs::linkat(
+                    CWD,
+                    proc_path(src.as_fd()),
+                    dir,
+                    name,
+                    AtFlags::SYMLINK_FOLLOW,
+                ),
+                r => r,
+            }
+        })?;
         s.restamp(&node.ident);
-        reply.entry(&s.cfg.ttl, &attr, Generation(0));
+        Ok(attr)
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+    fn open(&self, ino: INodeNo, flags: OpenFlags) -> R<Open> {
         let s = &self.state;
         s.counters.op(Op::Open);
-        let node = tri!(self, reply, s.node(ino));
+        let node = s.node(ino)?;
         if node.ident.kind == FileKind::Dir {
-            s.counters.error();
-            reply.error(Errno::EISDIR);
-            return;
+            return Err(Errno::EISDIR);
         }
         let writable = flags.acc_mode() != OpenAccMode::O_RDONLY;
-        let file = tri!(
-            self,
-            reply,
-            s.files.open(node.ident, || s.open_backing(&node))
-        );
+        let file = s.files.open(node.ident, || s.open_backing(&node))?;
         if writable && !file.writable {
             s.files.release(&file);
-            s.counters.error();
-            reply.error(Errno::EACCES);
-            return;
+            return Err(Errno::EACCES);
         }
-        let fh = s.add_handle(file, writable);
-        reply.opened(FileHandle(fh), s.open_flags());
+        Ok(s.add_handle(file, writable))
     }
 
     fn create(
@@ -660,13 +534,11 @@ impl Filesystem for QuireFs {
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
-        _umask: u32,
         flags: i32,
-        reply: ReplyCreate,
-    ) {
+    ) -> R<(FileAttr, Open)> {
         let s = &self.state;
         s.counters.op(Op::Create);
-        let (_, pd) = tri!(self, reply, s.parent_dentry(parent));
+        let (_, pd) = s.parent_dentry(parent)?;
         let excl = flags & libc::O_EXCL != 0;
         let perm = Mode::from_raw_mode(mode & 0o7777);
         // The file is made as the caller (an empty regular file, exactly what O_CREAT|O_EXCL
@@ -680,74 +552,50 @@ impl Filesystem for QuireFs {
                 r => r,
             }
         };
-        let (d, st, fd) = tri!(
-            self,
-            reply,
-            s.nodes
-                .dcache()
-                .make_at(&pd, name, |dir, name| {
-                    let made = s.as_caller(req, CapabilitySet::empty(), || {
-                        rustix::fs::mknodat(dir, name, rustix::fs::FileType::RegularFile, perm, 0)
-                    });
-                    match made {
-                        Err(rustix::io::Errno::EXIST) if !excl => {}
-                        r => r?,
-                    }
-                    open(dir, name)
-                })
-                .map_err(|e| errno::of_dcache(&e))
-        );
+        let (d, st, fd) = s
+            .nodes
+            .dcache()
+            .make_at(&pd, name, |dir, name| {
+                let made = s.as_caller(req, CapabilitySet::empty(), || {
+                    rustix::fs::mknodat(dir, name, rustix::fs::FileType::RegularFile, perm, 0)
+                });
+                match made {
+                    Err(rustix::io::Errno::EXIST) if !excl => {}
+                    r => r?,
+                }
+                open(dir, name)
+            })
+            .map_err(|e| errno::of_dcache(&e))?;
         if u32::from(st.stx_mode) & libc::S_IFMT != libc::S_IFREG {
-            s.counters.error();
-            reply.error(Errno::EISDIR);
-            return;
+            return Err(Errno::EISDIR);
         }
         let path = s.nodes.dcache().path_of(&d);
         let node = s.nodes.remember(d);
         let ident = node.ident;
-        let file = tri!(
-            self,
-            reply,
-            s.files.adopt(
-                ident,
-                Opened {
-                    fd,
-                    writable: true,
-                    path,
-                },
-            )
-        );
+        let opened = Opened {
+            fd,
+            writable: true,
+            path,
+        };
+        let file = s.files.adopt(ident, opened)?;
         if flags & libc::O_TRUNC != 0 && !file.main.is_empty() {
             if let Err(e) = file.main.set_len(0) {
                 s.files.release(&file);
-                s.counters.error();
-                reply.error(errno::of_filemap(&e));
-                return;
+                return Err(errno::of_filemap(&e));
             }
         }
         let attr = s.entry(&node, &st);
-        let fh = s.add_handle(file, true);
-        reply.created(
-            &s.cfg.ttl,
-            &attr,
-            Generation(0),
-            FileHandle(fh),
-            s.open_flags(),
-        );
+        Ok((attr, s.add_handle(file, true)))
     }
 
-    fn read(
-        &self,
-        _req: &Request,
+    fn read<'a>(
+        &'a self,
         _ino: INodeNo,
         fh: FileHandle,
         offset: u64,
-        size: u32,
-        _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
-        reply: ReplyData,
-    ) {
-        self.state.read(fh, offset, size, reply);
+        buf: ReadBuf<'a>,
+    ) -> R<&'a [u8]> {
+        self.state.read(fh, offset, buf)
     }
 
     fn write(
@@ -757,42 +605,22 @@ impl Filesystem for QuireFs {
         fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _write_flags: WriteFlags,
-        _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
-        reply: ReplyWrite,
-    ) {
-        self.state.write(req, fh, offset, data, reply);
+    ) -> R<(u32, WriteBehind)> {
+        self.state.write(req, fh, offset, data)
     }
 
-    fn flush(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        fh: FileHandle,
-        _lock_owner: LockOwner,
-        reply: ReplyEmpty,
-    ) {
+    fn flush(&self, _ino: INodeNo, fh: FileHandle) -> R<()> {
         let s = &self.state;
         s.counters.op(Op::Flush);
-        let h = tri!(self, reply, s.handle(fh));
+        let h = s.handle(fh)?;
         if h.writable {
             // As NFS does at close: write back, and report what failed (once per handle).
-            tri!(self, reply, h.cf.flush().map_err(|e| errno::of_filemap(&e)));
+            h.cf.flush().map_err(|e| errno::of_filemap(&e))?;
         }
-        reply.ok();
+        Ok(())
     }
 
-    fn release(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        fh: FileHandle,
-        _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
-        _flush: bool,
-        reply: ReplyEmpty,
-    ) {
+    fn release(&self, _ino: INodeNo, fh: FileHandle) -> R<()> {
         let s = &self.state;
         s.counters.op(Op::Release);
         let h = s.handles[fh.0 as usize % HANDLE_SHARDS]
@@ -803,154 +631,96 @@ impl Filesystem for QuireFs {
             drop(h);
             s.files.release(&file);
         }
-        reply.ok();
+        Ok(())
     }
 
-    fn fsync(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        fh: FileHandle,
-        datasync: bool,
-        reply: ReplyEmpty,
-    ) {
+    fn fsync(&self, _ino: INodeNo, fh: FileHandle, datasync: bool) -> R<()> {
         let s = &self.state;
         s.counters.op(Op::Fsync);
-        let h = tri!(self, reply, s.handle(fh));
-        tri!(self, reply, h.cf.fsync().map_err(|e| errno::of_filemap(&e)));
+        let h = s.handle(fh)?;
+        h.cf.fsync().map_err(|e| errno::of_filemap(&e))?;
         if !datasync {
             // fdatasync (the store's sync) leaves other metadata (times, owner) unsynced.
-            tri!(
-                self,
-                reply,
-                rustix::fs::fsync(h.file.backing.fd()).map_err(errno::of_sys)
-            );
+            rustix::fs::fsync(h.file.backing.fd()).map_err(errno::of_sys)?;
         }
-        reply.ok();
+        Ok(())
     }
 
-    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        self.state.opendir(ino, reply);
+    fn opendir(&self, ino: INodeNo, _flags: OpenFlags) -> R<Open> {
+        self.state.opendir(ino)
     }
 
     fn readdir(
         &self,
-        _req: &Request,
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
-        reply: ReplyDirectory,
-    ) {
-        self.state.readdir(ino, fh, offset, reply);
+        out: &mut ReplyDirectory,
+    ) -> R<()> {
+        self.state.readdir(ino, fh, offset, out)
     }
 
     fn readdirplus(
         &self,
-        _req: &Request,
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
-        reply: ReplyDirectoryPlus,
-    ) {
-        self.state.readdirplus(ino, fh, offset, reply);
+        out: &mut ReplyDirectoryPlus,
+    ) -> R<()> {
+        self.state.readdirplus(ino, fh, offset, out)
     }
 
-    fn releasedir(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        fh: FileHandle,
-        _flags: OpenFlags,
-        reply: ReplyEmpty,
-    ) {
+    fn releasedir(&self, _ino: INodeNo, fh: FileHandle) -> R<()> {
         self.state.dirs.lock().remove(&fh.0);
-        reply.ok();
+        Ok(())
     }
 
-    fn fsyncdir(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        fh: FileHandle,
-        datasync: bool,
-        reply: ReplyEmpty,
-    ) {
-        self.state.fsyncdir(fh, datasync, reply);
+    fn fsyncdir(&self, _ino: INodeNo, fh: FileHandle, datasync: bool) -> R<()> {
+        self.state.fsyncdir(fh, datasync)
     }
 
-    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+    fn statfs(&self, _ino: INodeNo) -> R<Statfs> {
         let s = &self.state;
         s.counters.op(Op::Statfs);
         let root = s.nodes.dcache().root();
-        let st = tri!(
-            self,
-            reply,
-            s.nodes
-                .dcache()
-                .with_dir(&root, |fd| rustix::fs::fstatvfs(fd))
-                .map_err(|e| errno::of_dcache(&e))
-                .and_then(|r| r.map_err(errno::of_sys))
-        );
-        reply.statfs(
-            st.f_blocks,
-            st.f_bfree,
-            st.f_bavail,
-            st.f_files,
-            st.f_ffree,
-            st.f_bsize as u32,
-            st.f_namemax as u32,
-            st.f_frsize as u32,
-        );
+        let st = s
+            .nodes
+            .dcache()
+            .with_dir(&root, |fd| rustix::fs::fstatvfs(fd))
+            .map_err(|e| errno::of_dcache(&e))?
+            .map_err(errno::of_sys)?;
+        Ok(Statfs::from(&st))
     }
 
-    fn setxattr(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        name: &OsStr,
-        value: &[u8],
-        flags: i32,
-        _position: u32,
-        reply: ReplyEmpty,
-    ) {
-        self.state.setxattr(ino, name, value, flags, reply);
+    fn setxattr(&self, ino: INodeNo, name: &OsStr, value: &[u8], flags: i32) -> R<()> {
+        self.state.setxattr(ino, name, value, flags)
     }
 
-    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        self.state.getxattr(ino, name, size, reply);
+    fn getxattr(&self, ino: INodeNo, name: &OsStr, size: u32) -> R<Xattr> {
+        self.state.getxattr(ino, name, size)
     }
 
-    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        self.state.listxattr(ino, size, reply);
+    fn listxattr(&self, ino: INodeNo, _size: u32) -> R<Xattr> {
+        self.state.listxattr(ino)
     }
 
-    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        self.state.removexattr(ino, name, reply);
+    fn removexattr(&self, ino: INodeNo, name: &OsStr) -> R<()> {
+        self.state.removexattr(ino, name)
     }
 
     fn fallocate(
         &self,
-        _req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         length: u64,
         mode: i32,
-        reply: ReplyEmpty,
-    ) {
-        self.state.fallocate(fh, offset, length, mode, reply);
+    ) -> R<()> {
+        self.state.fallocate(fh, offset, length, mode)
     }
 
-    fn lseek(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        fh: FileHandle,
-        offset: i64,
-        whence: i32,
-        reply: ReplyLseek,
-    ) {
-        self.state.lseek(fh, offset, whence, reply);
+    fn lseek(&self, _ino: INodeNo, fh: FileHandle, offset: i64, whence: i32) -> R<i64> {
+        self.state.lseek(fh, offset, whence)
     }
 }
 

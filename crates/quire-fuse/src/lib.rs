@@ -4,6 +4,8 @@
 //! tar) run on it.
 //!
 //! - [`fs`]: [`QuireFs`], the file system.
+//! - [`serve`]: the layer every file system here is served through: [`Serve`] (one method per
+//!   operation, returning its answer) and [`Fuse`], fuser's `Filesystem` over any of them.
 //! - [`creds`]: acting as the caller (its ids, groups and capabilities) where a request
 //!   creates something.
 //! - [`nodes`]: FUSE node ids over quire dentries (lookup takes a reference, forget puts exactly
@@ -24,7 +26,9 @@ pub mod fs;
 pub mod mount;
 pub mod nodes;
 pub mod passthrough;
+pub mod serve;
 pub mod stats;
 
 pub use fs::{FsConfig, FsState, QuireFs};
 pub use mount::{probe_max_file_size, MountOptions};
+pub use serve::{Fuse, Serve};

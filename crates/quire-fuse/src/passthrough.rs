@@ -18,12 +18,11 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, UNIX_EPOCH};
 
 use fuser::{
-    BsdFileFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
-    INodeNo, KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
-    ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow, WriteFlags,
+    Errno, FileAttr, FileHandle, FileType, FopenFlags, INodeNo, KernelConfig, OpenFlags,
+    ReplyDirectory, Request, TimeOrNow,
 };
 use parking_lot::Mutex;
 use rustix::fs::{AtFlags, Mode, OFlags, StatxFlags, CWD};
@@ -31,6 +30,7 @@ use rustix::fs::{AtFlags, Mode, OFlags, StatxFlags, CWD};
 use crate::errno::of_sys;
 // The passthrough's nodes get the same attributes as `quire mount`'s.
 use crate::fs::{attr_of as attr, statx_fd};
+use crate::serve::{Fuse, Open, ReadBuf, Res, Serve, SetAttr, Statfs};
 
 /// A directory's entries: name, inode number, type.
 type Listing = Vec<(Vec<u8>, u64, FileType)>;
@@ -99,25 +99,9 @@ fn proc_path(fd: &OwnedFd) -> String {
     format!("/proc/self/fd/{}", fd.as_raw_fd())
 }
 
-thread_local! {
-    static BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
-macro_rules! tri {
-    ($reply:ident, $e:expr) => {
-        match $e {
-            Ok(v) => v,
-            Err(err) => {
-                $reply.error(err);
-                return;
-            }
-        }
-    };
-}
-
 impl Passthrough {
-    /// A passthrough of `src`; `cached` turns the kernel's FUSE page cache on.
-    pub fn new(src: &Path, cached: bool) -> io::Result<Passthrough> {
+    /// A passthrough of `src`, ready to mount; `cached` turns the kernel's FUSE page cache on.
+    pub fn new(src: &Path, cached: bool) -> io::Result<Fuse<Passthrough>> {
         let fd = rustix::fs::openat(
             CWD,
             src,
@@ -125,7 +109,7 @@ impl Passthrough {
             Mode::empty(),
         )?;
         let st = fstat(&fd)?;
-        Ok(Passthrough {
+        Ok(Fuse::new(Passthrough {
             root: Arc::new(PNode {
                 fd: Some(fd),
                 parent: None,
@@ -139,7 +123,7 @@ impl Passthrough {
             next_fh: AtomicU64::new(1),
             cached,
             ttl: Duration::from_secs(1),
-        })
+        }))
     }
 
     fn id(&self, ino: u64) -> u64 {
@@ -203,29 +187,40 @@ impl Passthrough {
         self.files.lock().get(&fh.0).cloned().ok_or(Errno::EBADF)
     }
 
-    fn fopen(&self) -> FopenFlags {
-        if self.cached {
+    /// A handle on the open file `fd`: with `cached`, the kernel keeps its data cached
+    /// (`FOPEN_KEEP_CACHE`), else every read and write reaches the daemon.
+    fn add_file(&self, fd: OwnedFd) -> Open {
+        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
+        self.files.lock().insert(fh, Arc::new(fd));
+        let flags = if self.cached {
             FopenFlags::FOPEN_KEEP_CACHE
         } else {
             FopenFlags::FOPEN_DIRECT_IO | FopenFlags::FOPEN_PARALLEL_DIRECT_WRITES
+        };
+        Open {
+            fh: FileHandle(fh),
+            flags,
         }
     }
 }
 
-impl Filesystem for Passthrough {
-    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
-        let _ = config.set_max_write(1 << 20);
-        let _ = config.set_max_background(64);
+impl Serve for Passthrough {
+    type AfterWrite = ();
+
+    fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    fn init(&mut self, config: &mut KernelConfig) -> io::Result<()> {
         let _ = config.add_capabilities(fuser::InitFlags::FUSE_PARALLEL_DIROPS);
         Ok(())
     }
 
-    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        let a = tri!(reply, self.lookup_at(parent, name));
-        reply.entry(&self.ttl, &a, Generation(0));
+    fn lookup(&self, parent: INodeNo, name: &OsStr) -> Res<FileAttr> {
+        self.lookup_at(parent, name)
     }
 
-    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+    fn forget(&self, ino: INodeNo, nlookup: u64) {
         let mut nodes = self.nodes.lock();
         if let Some(n) = nodes.get(&ino.0) {
             if n.lookups.fetch_sub(nlookup, Ordering::Relaxed) <= nlookup {
@@ -234,35 +229,18 @@ impl Filesystem for Passthrough {
         }
     }
 
-    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        let n = tri!(reply, self.node(ino));
-        let st = tri!(reply, n.stat().map_err(of_sys));
-        reply.attr(&self.ttl, &attr(ino.0, &st));
+    fn getattr(&self, ino: INodeNo, _fh: Option<FileHandle>) -> Res<FileAttr> {
+        let n = self.node(ino)?;
+        let st = n.stat().map_err(of_sys)?;
+        Ok(attr(ino.0, &st))
     }
 
-    fn setattr(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        mode: Option<u32>,
-        _uid: Option<u32>,
-        _gid: Option<u32>,
-        size: Option<u64>,
-        atime: Option<TimeOrNow>,
-        mtime: Option<TimeOrNow>,
-        _ctime: Option<SystemTime>,
-        fh: Option<FileHandle>,
-        _crtime: Option<SystemTime>,
-        _chgtime: Option<SystemTime>,
-        _bkuptime: Option<SystemTime>,
-        _flags: Option<BsdFileFlags>,
-        reply: ReplyAttr,
-    ) {
-        let n = tri!(reply, self.node(ino));
-        let opath = tri!(reply, n.open(OFlags::PATH).map_err(of_sys));
+    fn setattr(&self, ino: INodeNo, set: &SetAttr) -> Res<FileAttr> {
+        let n = self.node(ino)?;
+        let opath = n.open(OFlags::PATH).map_err(of_sys)?;
         let p = proc_path(&opath);
-        if let Some(size) = size {
-            let r = match fh.and_then(|fh| self.file(fh).ok()) {
+        if let Some(size) = set.size {
+            let r = match set.fh.and_then(|fh| self.file(fh).ok()) {
                 Some(f) => rustix::fs::ftruncate(&*f, size),
                 None => rustix::fs::openat(
                     CWD,
@@ -272,21 +250,13 @@ impl Filesystem for Passthrough {
                 )
                 .and_then(|f| rustix::fs::ftruncate(&f, size)),
             };
-            tri!(reply, r.map_err(of_sys));
+            r.map_err(of_sys)?;
         }
-        if let Some(mode) = mode {
-            tri!(
-                reply,
-                rustix::fs::chmodat(
-                    CWD,
-                    p.as_str(),
-                    Mode::from_raw_mode(mode & 0o7777),
-                    AtFlags::empty()
-                )
-                .map_err(of_sys)
-            );
+        if let Some(mode) = set.mode {
+            let mode = Mode::from_raw_mode(mode & 0o7777);
+            rustix::fs::chmodat(CWD, p.as_str(), mode, AtFlags::empty()).map_err(of_sys)?;
         }
-        if atime.is_some() || mtime.is_some() {
+        if set.atime.is_some() || set.mtime.is_some() {
             let ts = |t: Option<TimeOrNow>| match t {
                 None => rustix::fs::Timespec {
                     tv_sec: 0,
@@ -305,57 +275,33 @@ impl Filesystem for Passthrough {
                 }
             };
             let times = rustix::fs::Timestamps {
-                last_access: ts(atime),
-                last_modification: ts(mtime),
+                last_access: ts(set.atime),
+                last_modification: ts(set.mtime),
             };
-            tri!(
-                reply,
-                rustix::fs::utimensat(CWD, p.as_str(), &times, AtFlags::empty()).map_err(of_sys)
-            );
+            rustix::fs::utimensat(CWD, p.as_str(), &times, AtFlags::empty()).map_err(of_sys)?;
         }
-        let st = tri!(reply, n.stat().map_err(of_sys));
-        reply.attr(&self.ttl, &attr(ino.0, &st));
+        let st = n.stat().map_err(of_sys)?;
+        Ok(attr(ino.0, &st))
     }
 
-    fn mkdir(
-        &self,
-        _req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        mode: u32,
-        _umask: u32,
-        reply: ReplyEntry,
-    ) {
-        let p = tri!(reply, self.node(parent));
-        tri!(
-            reply,
-            p.dir().and_then(
-                |d| rustix::fs::mkdirat(d, name, Mode::from_raw_mode(mode & 0o7777))
-                    .map_err(of_sys)
-            )
-        );
-        let a = tri!(reply, self.lookup_at(parent, name));
-        reply.entry(&self.ttl, &a, Generation(0));
+    fn mkdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, mode: u32) -> Res<FileAttr> {
+        let p = self.node(parent)?;
+        let mode = Mode::from_raw_mode(mode & 0o7777);
+        rustix::fs::mkdirat(p.dir()?, name, mode).map_err(of_sys)?;
+        self.lookup_at(parent, name)
     }
 
-    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let p = tri!(reply, self.node(parent));
-        tri!(
-            reply,
-            p.dir()
-                .and_then(|d| rustix::fs::unlinkat(d, name, AtFlags::empty()).map_err(of_sys))
-        );
-        reply.ok();
+    fn unlink(&self, parent: INodeNo, name: &OsStr) -> Res<()> {
+        let p = self.node(parent)?;
+        rustix::fs::unlinkat(p.dir()?, name, AtFlags::empty()).map_err(of_sys)
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        let n = tri!(reply, self.node(ino));
+    fn open(&self, ino: INodeNo, flags: OpenFlags) -> Res<Open> {
+        let n = self.node(ino)?;
         let fl = OFlags::from_bits_retain(flags.0 as u32)
             & !(OFlags::CREATE | OFlags::EXCL | OFlags::NOCTTY | OFlags::TRUNC | OFlags::DIRECT);
-        let fd = tri!(reply, n.open(fl).map_err(of_sys));
-        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        self.files.lock().insert(fh, Arc::new(fd));
-        reply.opened(FileHandle(fh), self.fopen());
+        let fd = n.open(fl).map_err(of_sys)?;
+        Ok(self.add_file(fd))
     }
 
     fn create(
@@ -364,60 +310,41 @@ impl Filesystem for Passthrough {
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
-        _umask: u32,
         flags: i32,
-        reply: ReplyCreate,
-    ) {
-        let p = tri!(reply, self.node(parent));
+    ) -> Res<(FileAttr, Open)> {
+        let p = self.node(parent)?;
         let fl = OFlags::from_bits_retain(flags as u32) & !(OFlags::NOCTTY | OFlags::DIRECT);
-        let dir = tri!(reply, p.dir());
-        let fd = tri!(
-            reply,
-            rustix::fs::openat(
-                dir,
-                name,
-                fl | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-                Mode::from_raw_mode(mode & 0o7777),
-            )
-            .map_err(of_sys)
-        );
-        let a = tri!(reply, self.lookup_at(parent, name));
-        let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
-        self.files.lock().insert(fh, Arc::new(fd));
-        reply.created(&self.ttl, &a, Generation(0), FileHandle(fh), self.fopen());
+        let dir = p.dir()?;
+        let fd = rustix::fs::openat(
+            dir,
+            name,
+            fl | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(mode & 0o7777),
+        )
+        .map_err(of_sys)?;
+        let a = self.lookup_at(parent, name)?;
+        Ok((a, self.add_file(fd)))
     }
 
-    fn read(
-        &self,
-        _req: &Request,
+    fn read<'a>(
+        &'a self,
         _ino: INodeNo,
         fh: FileHandle,
         offset: u64,
-        size: u32,
-        _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
-        reply: ReplyData,
-    ) {
-        let f = tri!(reply, self.file(fh));
-        BUF.with(|b| {
-            let mut buf = b.borrow_mut();
-            if buf.len() < size as usize {
-                buf.resize(size as usize, 0);
+        buf: ReadBuf<'a>,
+    ) -> Res<&'a [u8]> {
+        let f = self.file(fh)?;
+        let buf = buf.take();
+        let mut done = 0;
+        while done < buf.len() {
+            match rustix::io::pread(&*f, &mut buf[done..], offset + done as u64) {
+                Ok(0) => break,
+                Ok(n) => done += n,
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(e) => return Err(of_sys(e)),
             }
-            let mut done = 0;
-            while done < size as usize {
-                match rustix::io::pread(&*f, &mut buf[done..size as usize], offset + done as u64) {
-                    Ok(0) => break,
-                    Ok(n) => done += n,
-                    Err(rustix::io::Errno::INTR) => continue,
-                    Err(e) => {
-                        reply.error(of_sys(e));
-                        return;
-                    }
-                }
-            }
-            reply.data(&buf[..done]);
-        });
+        }
+        Ok(&buf[..done])
     }
 
     fn write(
@@ -427,80 +354,46 @@ impl Filesystem for Passthrough {
         fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _write_flags: WriteFlags,
-        _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
-        reply: ReplyWrite,
-    ) {
-        let f = tri!(reply, self.file(fh));
+    ) -> Res<(u32, ())> {
+        let f = self.file(fh)?;
         let mut done = 0;
         while done < data.len() {
             match rustix::io::pwrite(&*f, &data[done..], offset + done as u64) {
                 Ok(n) => done += n,
                 Err(rustix::io::Errno::INTR) => continue,
-                Err(e) => {
-                    reply.error(of_sys(e));
-                    return;
-                }
+                Err(e) => return Err(of_sys(e)),
             }
         }
-        reply.written(done as u32);
+        Ok((done as u32, ()))
     }
 
-    fn flush(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        _lock_owner: LockOwner,
-        reply: ReplyEmpty,
-    ) {
-        reply.ok();
+    fn flush(&self, _ino: INodeNo, _fh: FileHandle) -> Res<()> {
+        Ok(())
     }
 
-    fn release(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        fh: FileHandle,
-        _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
-        _flush: bool,
-        reply: ReplyEmpty,
-    ) {
+    fn release(&self, _ino: INodeNo, fh: FileHandle) -> Res<()> {
         self.files.lock().remove(&fh.0);
-        reply.ok();
+        Ok(())
     }
 
-    fn fsync(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        fh: FileHandle,
-        datasync: bool,
-        reply: ReplyEmpty,
-    ) {
-        let f = tri!(reply, self.file(fh));
+    fn fsync(&self, _ino: INodeNo, fh: FileHandle, datasync: bool) -> Res<()> {
+        let f = self.file(fh)?;
         let r = if datasync {
             rustix::fs::fdatasync(&*f)
         } else {
             rustix::fs::fsync(&*f)
         };
-        tri!(reply, r.map_err(of_sys));
-        reply.ok();
+        r.map_err(of_sys)
     }
 
-    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        let n = tri!(reply, self.node(ino));
-        let fd = tri!(
-            reply,
-            n.open(OFlags::RDONLY | OFlags::DIRECTORY).map_err(of_sys)
-        );
+    fn opendir(&self, ino: INodeNo, _flags: OpenFlags) -> Res<Open> {
+        let n = self.node(ino)?;
+        let fd = n.open(OFlags::RDONLY | OFlags::DIRECTORY).map_err(of_sys)?;
         let mut out = Vec::new();
         let mut buf = Vec::with_capacity(32 * 1024);
         let mut it = rustix::fs::RawDir::new(&fd, buf.spare_capacity_mut());
         while let Some(e) = it.next() {
-            let e = tri!(reply, e.map_err(of_sys));
+            let e = e.map_err(of_sys)?;
             let k = match e.file_type() {
                 rustix::fs::FileType::Directory => FileType::Directory,
                 rustix::fs::FileType::Symlink => FileType::Symlink,
@@ -510,59 +403,37 @@ impl Filesystem for Passthrough {
         }
         let fh = self.next_fh.fetch_add(1, Ordering::Relaxed);
         self.dirs.lock().insert(fh, Arc::new(out));
-        reply.opened(FileHandle(fh), FopenFlags::empty());
+        Ok(Open {
+            fh: FileHandle(fh),
+            flags: FopenFlags::empty(),
+        })
     }
 
     fn readdir(
         &self,
-        _req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
         offset: u64,
-        mut reply: ReplyDirectory,
-    ) {
-        let d = tri!(
-            reply,
-            self.dirs.lock().get(&fh.0).cloned().ok_or(Errno::EBADF)
-        );
+        out: &mut ReplyDirectory,
+    ) -> Res<()> {
+        let d = self.dirs.lock().get(&fh.0).cloned().ok_or(Errno::EBADF)?;
         for (i, (name, ino, k)) in d.iter().enumerate().skip(offset as usize) {
-            if reply.add(
-                INodeNo(self.id(*ino)),
-                i as u64 + 1,
-                *k,
-                OsStr::from_bytes(name),
-            ) {
+            let ino = INodeNo(self.id(*ino));
+            if out.add(ino, i as u64 + 1, *k, OsStr::from_bytes(name)) {
                 break;
             }
         }
-        reply.ok();
+        Ok(())
     }
 
-    fn releasedir(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        fh: FileHandle,
-        _flags: OpenFlags,
-        reply: ReplyEmpty,
-    ) {
+    fn releasedir(&self, _ino: INodeNo, fh: FileHandle) -> Res<()> {
         self.dirs.lock().remove(&fh.0);
-        reply.ok();
+        Ok(())
     }
 
-    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        let root = tri!(reply, self.root.dir());
-        let st = tri!(reply, rustix::fs::fstatvfs(root).map_err(of_sys));
-        reply.statfs(
-            st.f_blocks,
-            st.f_bfree,
-            st.f_bavail,
-            st.f_files,
-            st.f_ffree,
-            st.f_bsize as u32,
-            st.f_namemax as u32,
-            st.f_frsize as u32,
-        );
+    fn statfs(&self, _ino: INodeNo) -> Res<Statfs> {
+        let st = rustix::fs::fstatvfs(self.root.dir()?).map_err(of_sys)?;
+        Ok(Statfs::from(&st))
     }
 }
 

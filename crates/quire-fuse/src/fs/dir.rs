@@ -4,26 +4,23 @@
 use super::*;
 
 impl FsState {
-    pub(super) fn opendir(&self, ino: INodeNo, reply: ReplyOpen) {
+    pub(super) fn opendir(&self, ino: INodeNo) -> R<Open> {
         let s = self;
-        let node = tri!(@state self, reply, s.node(ino));
-        let d = tri!(@state self, reply, s.dentry(&node));
-        let fd = tri!(
-            @state self,
-            reply,
-            s.nodes
-                .dcache()
-                .with_dir(&d, |fd| {
-                    rustix::fs::openat(
-                        fd,
-                        ".",
-                        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-                        Mode::empty(),
-                    )
-                })
-                .map_err(|e| errno::of_dcache(&e))
-                .and_then(|r| r.map_err(errno::of_sys))
-        );
+        let node = s.node(ino)?;
+        let d = s.dentry(&node)?;
+        let fd = s
+            .nodes
+            .dcache()
+            .with_dir(&d, |fd| {
+                rustix::fs::openat(
+                    fd,
+                    ".",
+                    OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+                    Mode::empty(),
+                )
+            })
+            .map_err(|e| errno::of_dcache(&e))?
+            .map_err(errno::of_sys)?;
         let fh = s.new_fh();
         s.dirs.lock().insert(
             fh,
@@ -33,7 +30,10 @@ impl FsState {
                 entries: Mutex::new(None),
             }),
         );
-        reply.opened(FileHandle(fh), FopenFlags::empty());
+        Ok(Open {
+            fh: FileHandle(fh),
+            flags: FopenFlags::empty(),
+        })
     }
 
     pub(super) fn readdir(
@@ -41,18 +41,18 @@ impl FsState {
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
-        mut reply: ReplyDirectory,
-    ) {
+        out: &mut ReplyDirectory,
+    ) -> R<()> {
         let s = self;
         s.counters.op(Op::Readdir);
-        let (dir, entries) = tri!(@state self, reply, s.dir_entries(fh, offset));
+        let (dir, entries) = s.dir_entries(fh, offset)?;
         for (i, e) in entries.iter().enumerate().skip(offset as usize) {
             let ino = s.dirent_ino(ino.0, dir.dev, e);
-            if reply.add(INodeNo(ino), i as u64 + 1, e.kind, &e.name) {
+            if out.add(INodeNo(ino), i as u64 + 1, e.kind, &e.name) {
                 break;
             }
         }
-        reply.ok();
+        Ok(())
     }
 
     pub(super) fn readdirplus(
@@ -60,12 +60,12 @@ impl FsState {
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
-        mut reply: ReplyDirectoryPlus,
-    ) {
+        out: &mut ReplyDirectoryPlus,
+    ) -> R<()> {
         let s = self;
         s.counters.op(Op::Readdirplus);
-        let (dir, entries) = tri!(@state self, reply, s.dir_entries(fh, offset));
-        let dnode = tri!(@state self, reply, s.node(ino));
+        let (dir, entries) = s.dir_entries(fh, offset)?;
+        let dnode = s.node(ino)?;
         for (i, e) in entries.iter().enumerate().skip(offset as usize) {
             let next = i as u64 + 1;
             if e.name == "." || e.name == ".." {
@@ -76,7 +76,7 @@ impl FsState {
                 };
                 let mut attr = attr_of(s.dirent_ino(ino.0, dir.dev, e), &st);
                 attr.kind = FileType::Directory;
-                if reply.add(attr.ino, next, &e.name, &s.cfg.ttl, &attr, Generation(0)) {
+                if out.add(attr.ino, next, &e.name, &s.cfg.ttl, &attr, Generation(0)) {
                     break;
                 }
                 continue;
@@ -86,28 +86,22 @@ impl FsState {
                 continue;
             };
             let attr = s.entry(&node, &st);
-            if reply.add(attr.ino, next, &e.name, &s.cfg.ttl, &attr, Generation(0)) {
+            if out.add(attr.ino, next, &e.name, &s.cfg.ttl, &attr, Generation(0)) {
                 // Did not fit: the kernel never saw it.
                 s.nodes.forget(node.id, 1);
                 break;
             }
         }
-        reply.ok();
+        Ok(())
     }
 
-    pub(super) fn fsyncdir(&self, fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
-        let s = self;
-        let dir = tri!(
-            @state self,
-            reply,
-            s.dirs.lock().get(&fh.0).cloned().ok_or(Errno::EBADF)
-        );
+    pub(super) fn fsyncdir(&self, fh: FileHandle, datasync: bool) -> R<()> {
+        let dir = self.dirs.lock().get(&fh.0).cloned().ok_or(Errno::EBADF)?;
         let r = if datasync {
             rustix::fs::fdatasync(&dir.fd)
         } else {
             rustix::fs::fsync(&dir.fd)
         };
-        tri!(@state self, reply, r.map_err(errno::of_sys));
-        reply.ok();
+        r.map_err(errno::of_sys)
     }
 }

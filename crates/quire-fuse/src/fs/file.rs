@@ -1,41 +1,41 @@
 //! File operations whose work is the state's (the kernel's `fs/fuse/file.c` side): reads through
-//! the page cache into a per-thread buffer, writes, and `fallocate`.
+//! the page cache into the serving thread's buffer, writes, `lseek` and `fallocate`.
 
 use super::*;
 
-thread_local! {
-    /// Each FUSE thread's read buffer (up to the largest read the kernel sends).
-    static READ_BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+/// What a write leaves for after its reply: the write-back of its file, where write-behind is
+/// due (see [`Serve::write`] for [`QuireFs`]).
+#[derive(Debug)]
+pub struct WriteBehind(Option<Arc<FileData>>);
+
+impl AfterReply for WriteBehind {
+    fn run(self) {
+        // Through the mapping's own handle: an error is recorded for every handle's fsync,
+        // and none is taken from the writer's.
+        if let Some(file) = self.0 {
+            let _ = file.main.flush();
+        }
+    }
 }
 
 impl FsState {
-    pub(super) fn read(&self, fh: FileHandle, offset: u64, size: u32, reply: ReplyData) {
+    pub(super) fn read<'a>(&self, fh: FileHandle, offset: u64, buf: ReadBuf<'a>) -> R<&'a [u8]> {
         let s = self;
         s.counters.op(Op::Read);
-        let h = tri!(@state self, reply, s.handle(fh));
-        READ_BUF.with(|b| {
-            let mut buf = b.borrow_mut();
-            if buf.len() < size as usize {
-                buf.resize(size as usize, 0);
+        let h = s.handle(fh)?;
+        let buf = buf.take();
+        match h.cf.read_at(offset, buf) {
+            Ok(n) => {
+                s.counters.read(n);
+                Ok(&buf[..n])
             }
-            match h.cf.read_at(offset, &mut buf[..size as usize]) {
-                Ok(n) => {
-                    s.counters.read(n);
-                    reply.data(&buf[..n]);
-                }
-                // The backing file was cut behind the mount, or the offset is past any file:
-                // end of file.
-                Err(e)
-                    if is_eof(&e) || matches!(e, quire::filemap::FilemapError::Overflow { .. }) =>
-                {
-                    reply.data(&[]);
-                }
-                Err(e) => {
-                    s.counters.error();
-                    reply.error(errno::of_filemap(&e));
-                }
+            // The backing file was cut behind the mount, or the offset is past any file:
+            // end of file.
+            Err(e) if is_eof(&e) || matches!(e, quire::filemap::FilemapError::Overflow { .. }) => {
+                Ok(&[])
             }
-        });
+            Err(e) => Err(errno::of_filemap(&e)),
+        }
     }
 
     pub(super) fn write(
@@ -44,49 +44,38 @@ impl FsState {
         fh: FileHandle,
         offset: u64,
         data: &[u8],
-        reply: ReplyWrite,
-    ) {
+    ) -> R<(u32, WriteBehind)> {
         let s = self;
         s.counters.op(Op::Write);
-        let h = tri!(@state self, reply, s.handle(fh));
+        let h = s.handle(fh)?;
         if h.file.backing.has_privs() {
-            tri!(@state self, reply, s.kill_privs(req, &h.file));
+            s.kill_privs(req, &h.file)?;
         }
-        let end = tri!(
-            @state self,
-            reply,
-            offset.checked_add(data.len() as u64).ok_or(Errno::EFBIG)
-        );
-        tri!(@state self, reply, s.check_size(end));
+        let end = offset.checked_add(data.len() as u64).ok_or(Errno::EFBIG)?;
+        s.check_size(end)?;
         if s.cfg.check_space {
-            tri!(@state self, reply, s.space.take(data.len() as u64, s));
+            s.space.take(data.len() as u64, s)?;
         }
-        match h.cf.write_at(offset, data) {
-            Ok(n) => {
-                h.file.touch();
-                s.counters.written(n);
-                reply.written(n as u32);
-                // Write-behind: a file written fast while dirty memory is above the flusher's
-                // threshold is written back by the thread that served the write, after the
-                // reply — so several writers' data goes out on several threads at once rather
-                // than through the one flusher, while the writer goes on. (Through the mapping's
-                // own handle: an error is recorded for every handle's fsync, and none is taken
-                // from this one.)
-                let w = h.written.fetch_add(n as u64, Ordering::Relaxed) + n as u64;
-                if w >= WRITE_BEHIND_EVERY {
-                    h.written.store(0, Ordering::Relaxed);
-                    let cache = s.files.cache();
-                    let dirty = (cache.stats().dirty_frames as u64) << 12;
-                    if dirty > cache.config().dirty_background as u64 {
-                        let _ = h.file.main.flush();
-                    }
-                }
-            }
-            Err(e) => {
-                s.counters.error();
-                reply.error(errno::of_filemap(&e));
+        let n =
+            h.cf.write_at(offset, data)
+                .map_err(|e| errno::of_filemap(&e))?;
+        h.file.touch();
+        s.counters.written(n);
+        // Write-behind: a file written fast while dirty memory is above the flusher's
+        // threshold is written back by the thread that served the write, after the reply — so
+        // several writers' data goes out on several threads at once rather than through the
+        // one flusher, while the writer goes on.
+        let mut behind = WriteBehind(None);
+        let w = h.written.fetch_add(n as u64, Ordering::Relaxed) + n as u64;
+        if w >= WRITE_BEHIND_EVERY {
+            h.written.store(0, Ordering::Relaxed);
+            let cache = s.files.cache();
+            let dirty = (cache.stats().dirty_frames as u64) << 12;
+            if dirty > cache.config().dirty_background as u64 {
+                behind = WriteBehind(Some(h.file.clone()));
             }
         }
+        Ok((n as u32, behind))
     }
 
     /// Clears the set-user-id bit, and the set-group-id bit where the file is group-executable
@@ -118,27 +107,21 @@ impl FsState {
     /// dirty data is written back first, then the backing file is asked, so that data and
     /// holes are where the backing file system has them. Past the backing file's end, up to
     /// the length the mount gives the file (extended by a cut not yet written), is a hole.
-    pub(super) fn lseek(&self, fh: FileHandle, offset: i64, whence: i32, reply: ReplyLseek) {
+    pub(super) fn lseek(&self, fh: FileHandle, offset: i64, whence: i32) -> R<i64> {
         let s = self;
         s.counters.op(Op::Lseek);
-        let h = tri!(@state self, reply, s.handle(fh));
+        let h = s.handle(fh)?;
         let f = &h.file;
         let len = f.main.len();
         let data = match whence {
             libc::SEEK_DATA => true,
             libc::SEEK_HOLE => false,
-            _ => {
-                s.counters.error();
-                reply.error(Errno::EINVAL);
-                return;
-            }
+            _ => return Err(Errno::EINVAL),
         };
         if offset < 0 || offset as u64 >= len {
-            s.counters.error();
-            reply.error(Errno::ENXIO);
-            return;
+            return Err(Errno::ENXIO);
         }
-        tri!(@state self, reply, f.main.flush().map_err(|e| errno::of_filemap(&e)));
+        f.main.flush().map_err(|e| errno::of_filemap(&e))?;
         let at = offset as u64;
         let whence = if data {
             rustix::fs::SeekFrom::Data(at)
@@ -149,57 +132,31 @@ impl FsState {
             Ok(pos) => pos.min(len),
             // Past the backing file's end: a hole up to the mount's length.
             Err(rustix::io::Errno::NXIO) if !data => at,
-            Err(e) => {
-                s.counters.error();
-                reply.error(errno::of_sys(e));
-                return;
-            }
+            Err(e) => return Err(errno::of_sys(e)),
         };
-        reply.offset(found as i64);
+        Ok(found as i64)
     }
 
-    pub(super) fn fallocate(
-        &self,
-        fh: FileHandle,
-        offset: u64,
-        length: u64,
-        mode: i32,
-        reply: ReplyEmpty,
-    ) {
+    pub(super) fn fallocate(&self, fh: FileHandle, offset: u64, length: u64, mode: i32) -> R<()> {
         let s = self;
         s.counters.op(Op::Fallocate);
-        let h = tri!(@state self, reply, s.handle(fh));
-        let end = tri!(@state self, reply, offset.checked_add(length).ok_or(Errno::EFBIG));
-        tri!(@state self, reply, s.check_size(end));
+        let h = s.handle(fh)?;
+        let end = offset.checked_add(length).ok_or(Errno::EFBIG)?;
+        s.check_size(end)?;
         let keep = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
         let f = &h.file;
         match mode & !libc::FALLOC_FL_KEEP_SIZE {
             0 => {
-                tri!(
-                    @state self,
-                    reply,
-                    rustix::fs::fallocate(
-                        f.backing.fd(),
-                        FallocateFlags::KEEP_SIZE,
-                        offset,
-                        length
-                    )
-                    .map_err(errno::of_sys)
-                );
+                rustix::fs::fallocate(f.backing.fd(), FallocateFlags::KEEP_SIZE, offset, length)
+                    .map_err(errno::of_sys)?;
                 if !keep && end > f.main.len() {
-                    tri!(
-                        @state self,
-                        reply,
-                        f.main.set_len(end).map_err(|e| errno::of_filemap(&e))
-                    );
+                    f.main.set_len(end).map_err(|e| errno::of_filemap(&e))?;
                 }
             }
             libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_ZERO_RANGE => {
                 let punch = mode & libc::FALLOC_FL_PUNCH_HOLE != 0;
                 if punch && !keep {
-                    s.counters.error();
-                    reply.error(Errno::EINVAL);
-                    return;
+                    return Err(Errno::EINVAL);
                 }
                 let len = f.main.len();
                 // Through the cache first (zeros where the range lies inside the file), written
@@ -214,50 +171,30 @@ impl FsState {
                 let zeros = vec![0u8; 1 << 20];
                 while at < zero_end {
                     let n = ((zero_end - at) as usize).min(zeros.len());
-                    tri!(
-                        @state self,
-                        reply,
-                        f.main
-                            .write_all_at(at, &zeros[..n])
-                            .map_err(|e| errno::of_filemap(&e))
-                    );
+                    f.main
+                        .write_all_at(at, &zeros[..n])
+                        .map_err(|e| errno::of_filemap(&e))?;
                     at += n as u64;
                 }
-                tri!(
-                    @state self,
-                    reply,
-                    f.main.flush().map_err(|e| errno::of_filemap(&e))
-                );
+                f.main.flush().map_err(|e| errno::of_filemap(&e))?;
                 let flags = if punch {
                     FallocateFlags::PUNCH_HOLE | FallocateFlags::KEEP_SIZE
                 } else {
                     FallocateFlags::ZERO_RANGE | FallocateFlags::KEEP_SIZE
                 };
-                tri!(
-                    @state self,
-                    reply,
-                    rustix::fs::fallocate(f.backing.fd(), flags, offset, length)
-                        .map_err(errno::of_sys)
-                );
+                rustix::fs::fallocate(f.backing.fd(), flags, offset, length)
+                    .map_err(errno::of_sys)?;
                 if coarse {
                     let _ = f.main.invalidate();
                 }
                 if !punch && !keep && end > len {
-                    tri!(
-                        @state self,
-                        reply,
-                        f.main.set_len(end).map_err(|e| errno::of_filemap(&e))
-                    );
+                    f.main.set_len(end).map_err(|e| errno::of_filemap(&e))?;
                 }
             }
-            _ => {
-                s.counters.error();
-                reply.error(Errno::EOPNOTSUPP);
-                return;
-            }
+            _ => return Err(Errno::EOPNOTSUPP),
         }
         f.touch();
         f.backing.restamp();
-        reply.ok();
+        Ok(())
     }
 }

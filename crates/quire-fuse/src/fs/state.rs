@@ -214,7 +214,9 @@ impl FsState {
         Ok(Opened { fd, writable, path })
     }
 
-    pub(super) fn add_handle(&self, file: Arc<FileData>, writable: bool) -> u64 {
+    /// A handle on `file`, and what OPEN and CREATE answer for it: quire is the only data
+    /// cache, so every open is `FOPEN_DIRECT_IO` (with parallel direct writes).
+    pub(super) fn add_handle(&self, file: Arc<FileData>, writable: bool) -> Open {
         let cf = file.main.reopen();
         let fh = self.new_fh();
         self.handles[fh as usize % HANDLE_SHARDS].lock().insert(
@@ -226,11 +228,10 @@ impl FsState {
                 written: AtomicU64::new(0),
             }),
         );
-        fh
-    }
-
-    pub(super) fn open_flags(&self) -> FopenFlags {
-        FopenFlags::FOPEN_DIRECT_IO | FopenFlags::FOPEN_PARALLEL_DIRECT_WRITES
+        Open {
+            fh: FileHandle(fh),
+            flags: FopenFlags::FOPEN_DIRECT_IO | FopenFlags::FOPEN_PARALLEL_DIRECT_WRITES,
+        }
     }
 
     pub(super) fn check_size(&self, end: u64) -> R<()> {
@@ -336,23 +337,13 @@ impl FsState {
 
     // ---- attributes ------------------------------------------------------------------------
 
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn set_attr(
-        &self,
-        node: &Node,
-        fh: Option<FileHandle>,
-        mode: Option<u32>,
-        uid: Option<u32>,
-        gid: Option<u32>,
-        size: Option<u64>,
-        atime: Option<TimeOrNow>,
-        mtime: Option<TimeOrNow>,
-    ) -> R<rustix::fs::Statx> {
-        let file = match fh {
+    pub(super) fn set_attr(&self, node: &Node, set: &SetAttr) -> R<rustix::fs::Statx> {
+        let (mode, uid, gid, atime, mtime) = (set.mode, set.uid, set.gid, set.atime, set.mtime);
+        let file = match set.fh {
             Some(fh) => Some(self.handle(fh)?.file.clone()),
             None => self.files.get(&node.ident),
         };
-        if let Some(size) = size {
+        if let Some(size) = set.size {
             self.check_size(size)?;
             match &file {
                 Some(f) => {

@@ -1,0 +1,460 @@
+//! [`Fuse`]: any [`Serve`] file system as a [`fuser::Filesystem`] — fuser's signatures, and
+//! every result turned into the kernel's reply.
+
+use std::cell::RefCell;
+use std::ffi::OsStr;
+use std::io;
+use std::ops::Deref;
+use std::path::Path;
+use std::time::SystemTime;
+
+use fuser::{
+    BsdFileFlags, Errno, FileAttr, FileHandle, Filesystem, Generation, INodeNo, KernelConfig,
+    LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
+    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite,
+    ReplyXattr, Request, TimeOrNow, WriteFlags,
+};
+
+use super::{AfterReply, Open, ReadBuf, Res, Serve, SetAttr, Xattr};
+
+thread_local! {
+    /// Each FUSE thread's read buffer (up to the largest read the kernel sends).
+    static READ_BUF: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A fuser reply, which can always carry an error.
+trait Failable {
+    fn fail(self, err: Errno);
+}
+
+macro_rules! failable {
+    ($($reply:ty),* $(,)?) => {
+        $(impl Failable for $reply {
+            #[inline]
+            fn fail(self, err: Errno) {
+                self.error(err);
+            }
+        })*
+    };
+}
+
+failable!(
+    ReplyAttr,
+    ReplyCreate,
+    ReplyData,
+    ReplyDirectory,
+    ReplyDirectoryPlus,
+    ReplyEmpty,
+    ReplyEntry,
+    ReplyLseek,
+    ReplyOpen,
+    ReplyStatfs,
+    ReplyWrite,
+    ReplyXattr,
+);
+
+/// A [`Serve`] file system, ready to mount ([`crate::mount::serve`]): the one implementation of
+/// [`fuser::Filesystem`] in this crate. It dereferences to the file system.
+#[derive(Debug)]
+pub struct Fuse<S> {
+    fs: S,
+}
+
+impl<S> Fuse<S> {
+    /// Wraps `fs`.
+    pub fn new(fs: S) -> Fuse<S> {
+        Fuse { fs }
+    }
+
+    /// The file system.
+    pub fn into_inner(self) -> S {
+        self.fs
+    }
+}
+
+impl<S> Deref for Fuse<S> {
+    type Target = S;
+
+    fn deref(&self) -> &S {
+        &self.fs
+    }
+}
+
+impl<S: Serve> Fuse<S> {
+    /// Answers with `ok` on success; else tells the file system and answers the `errno`.
+    #[inline]
+    fn answer<R: Failable, T>(&self, reply: R, result: Res<T>, ok: impl FnOnce(R, T)) {
+        match result {
+            Ok(v) => ok(reply, v),
+            Err(err) => {
+                self.fs.failed(err);
+                reply.fail(err);
+            }
+        }
+    }
+
+    #[inline]
+    fn entry(&self, reply: ReplyEntry, result: Res<FileAttr>) {
+        self.answer(reply, result, |r, attr| {
+            r.entry(&self.fs.ttl(), &attr, Generation(0))
+        });
+    }
+
+    #[inline]
+    fn attr(&self, reply: ReplyAttr, result: Res<FileAttr>) {
+        self.answer(reply, result, |r, attr| r.attr(&self.fs.ttl(), &attr));
+    }
+
+    #[inline]
+    fn empty(&self, reply: ReplyEmpty, result: Res<()>) {
+        self.answer(reply, result, |r, ()| r.ok());
+    }
+
+    fn opened(&self, reply: ReplyOpen, result: Res<Open>) {
+        self.answer(reply, result, |r, o| r.opened(o.fh, o.flags));
+    }
+
+    /// A value's length if the caller asked for it (`size` 0), `ERANGE` if it does not fit
+    /// the caller's buffer, else the value.
+    fn xattr(&self, reply: ReplyXattr, size: u32, result: Res<Xattr>) {
+        self.answer(reply, result, |r, x| match x {
+            Xattr::Value(v) if size == 0 => r.size(v.len() as u32),
+            Xattr::Value(v) if v.len() > size as usize => r.error(Errno::ERANGE),
+            Xattr::Value(v) => r.data(&v),
+            Xattr::NoValue(err) => r.error(err),
+        });
+    }
+}
+
+impl<S: Serve> Filesystem for Fuse<S> {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
+        let _ = config.set_max_write(1 << 20);
+        let _ = config.set_max_background(64);
+        self.fs.init(config)
+    }
+
+    fn destroy(&mut self) {
+        self.fs.destroy();
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        self.entry(reply, self.fs.lookup(parent, name));
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.fs.forget(ino, nlookup);
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+        self.attr(reply, self.fs.getattr(ino, fh));
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let set = SetAttr {
+            fh,
+            mode,
+            uid,
+            gid,
+            size,
+            atime,
+            mtime,
+        };
+        self.attr(reply, self.fs.setattr(ino, &set));
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        self.answer(reply, self.fs.readlink(ino), |r, target| r.data(&target));
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        self.entry(reply, self.fs.mknod(req, parent, name, mode, rdev));
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        reply: ReplyEntry,
+    ) {
+        self.entry(reply, self.fs.mkdir(req, parent, name, mode));
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.empty(reply, self.fs.unlink(parent, name));
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.empty(reply, self.fs.rmdir(parent, name));
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        self.entry(reply, self.fs.symlink(req, parent, link_name, target));
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let r = self.fs.rename(parent, name, newparent, newname, flags);
+        self.empty(reply, r);
+    }
+
+    fn link(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        self.entry(reply, self.fs.link(req, ino, newparent, newname));
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        self.opened(reply, self.fs.open(ino, flags));
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        _umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let r = self.fs.create(req, parent, name, mode, flags);
+        self.answer(reply, r, |r, (attr, o)| {
+            r.created(&self.fs.ttl(), &attr, Generation(0), o.fh, o.flags)
+        });
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        READ_BUF.with(|b| {
+            let mut b = b.borrow_mut();
+            let buf = ReadBuf {
+                buf: &mut b,
+                size: size as usize,
+            };
+            self.answer(reply, self.fs.read(ino, fh, offset, buf), |r, data| {
+                r.data(data)
+            });
+        });
+    }
+
+    fn write(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        let r = self.fs.write(req, ino, fh, offset, data);
+        self.answer(reply, r, |r, (n, after)| {
+            r.written(n);
+            after.run();
+        });
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        self.empty(reply, self.fs.flush(ino, fh));
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.empty(reply, self.fs.release(ino, fh));
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.empty(reply, self.fs.fsync(ino, fh, datasync));
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        self.opened(reply, self.fs.opendir(ino, flags));
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        let r = self.fs.readdir(ino, fh, offset, &mut reply);
+        self.answer(reply, r, |r, ()| r.ok());
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        let r = self.fs.readdirplus(ino, fh, offset, &mut reply);
+        self.answer(reply, r, |r, ()| r.ok());
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        self.empty(reply, self.fs.releasedir(ino, fh));
+    }
+
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        self.empty(reply, self.fs.fsyncdir(ino, fh, datasync));
+    }
+
+    fn statfs(&self, _req: &Request, ino: INodeNo, reply: ReplyStatfs) {
+        self.answer(reply, self.fs.statfs(ino), |r, s| {
+            r.statfs(
+                s.blocks, s.bfree, s.bavail, s.files, s.ffree, s.bsize, s.namelen, s.frsize,
+            )
+        });
+    }
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        self.empty(reply, self.fs.setxattr(ino, name, value, flags));
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        self.xattr(reply, size, self.fs.getxattr(ino, name, size));
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        self.xattr(reply, size, self.fs.listxattr(ino, size));
+    }
+
+    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.empty(reply, self.fs.removexattr(ino, name));
+    }
+
+    fn fallocate(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        self.empty(reply, self.fs.fallocate(ino, fh, offset, length, mode));
+    }
+
+    fn lseek(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: i64,
+        whence: i32,
+        reply: ReplyLseek,
+    ) {
+        let r = self.fs.lseek(ino, fh, offset, whence);
+        self.answer(reply, r, |r, off| r.offset(off));
+    }
+}
