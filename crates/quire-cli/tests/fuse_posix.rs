@@ -290,7 +290,13 @@ fn unlink_and_rename_change_times_as_the_kernel_does_and_failures_change_none() 
                  rename w/x w/xdir
                  ctime w/xdir w/x
                  rename w/dir w/x
-                 ctime w/x w/dir",
+                 ctime w/x w/dir
+                 mark w2/y
+                 sleep 30
+                 chown w2/y -1 -1
+                 ctime w2/y
+                 chown w2/y 1001 -1
+                 ctime w2/y",
             ),
     );
     expect(&t, "unlink ro/f2", "EACCES");
@@ -299,6 +305,9 @@ fn unlink_and_rename_change_times_as_the_kernel_does_and_failures_change_none() 
     expect(&t, "mtime w", "changed");
     expect(&t, "ctime w2/y w/y", "changed");
     expect(&t, "rename w/dir w/x", "ENOTDIR");
+    // chown(f, -1, -1) changes nothing but ctime (on Linux; POSIX lets it keep it).
+    expect(&t, "chown w2/y -1 -1", "ok");
+    expect(&t, "ctime w2/y", "changed");
 }
 
 #[test]

@@ -358,25 +358,24 @@ impl FsState {
                 }
             }
         }
+        let rest = mode.is_some() || uid.is_some() || gid.is_some() || atime.is_some();
+        let rest = rest || mtime.is_some();
+        if !rest && set.size.is_some() && file.is_none() {
+            return self.stat_node(node);
+        }
         // Owner, mode and times: on the open backing file if there is one (it works after the
         // last name is gone), else on an O_PATH descriptor of the node's file.
         let opath;
         let fd: BorrowedFd<'_> = match &file {
             Some(f) => f.backing.fd(),
             None => {
-                if mode.is_none()
-                    && uid.is_none()
-                    && gid.is_none()
-                    && atime.is_none()
-                    && mtime.is_none()
-                {
-                    return self.stat_node(node);
-                }
                 opath = self.opath(node)?;
                 opath.as_fd()
             }
         };
-        if uid.is_some() || gid.is_some() {
+        // A change of nothing (`chown(f, -1, -1)`, which the kernel still sends) changes the
+        // file's ctime on Linux: so it does here, through the same call on the backing file.
+        if uid.is_some() || gid.is_some() || (!rest && set.size.is_none()) {
             rustix::fs::chownat(
                 fd,
                 "",
