@@ -141,6 +141,24 @@ fn map_write(f: &File, off: u64, data: &[u8]) {
     }
 }
 
+/// Panics, naming the first differing offset, the seed and the last operations, unless the
+/// bytes the mount gave (`a`) are the kernel's (`b`).
+#[track_caller]
+fn same_bytes(what: &str, off: u64, a: &[u8], b: &[u8], seed: u64, log: &[String]) {
+    if a != b {
+        let at = a
+            .iter()
+            .zip(b)
+            .position(|(x, y)| x != y)
+            .unwrap_or(a.len().min(b.len()));
+        panic!(
+            "{what}: bytes differ from offset {} (seed {seed})\n{}",
+            off + at as u64,
+            log.join("\n")
+        );
+    }
+}
+
 fn fallocate(f: &File, mode: i32, off: u64, len: u64) -> i32 {
     // SAFETY: fallocate on an open descriptor; no memory is passed.
     let r = unsafe { libc::fallocate(f.as_raw_fd(), mode, off as i64, len as i64) };
@@ -206,14 +224,7 @@ fn a_random_mix_on_a_file_larger_than_the_cache_matches_the_backing_file_system(
                     log.join("\n")
                 );
                 let n = rb.unwrap_or(0);
-                if a[..n] != b[..n] {
-                    let at = a.iter().zip(&b).position(|(x, y)| x != y).unwrap();
-                    panic!(
-                        "{what}: bytes differ from offset {} (seed {seed})\n{}",
-                        off + at as u64,
-                        log.join("\n")
-                    );
-                }
+                same_bytes(&what, off, &a[..n], &b[..n], seed, &log);
                 counts[0] += 1;
             }
             // Write (may extend).
@@ -237,14 +248,7 @@ fn a_random_mix_on_a_file_larger_than_the_cache_matches_the_backing_file_system(
                         map_read(&f.quire, off, len, size),
                         map_read(&f.kernel, off, len, size),
                     );
-                    if a != b {
-                        let at = a.iter().zip(&b).position(|(x, y)| x != y).unwrap_or(0);
-                        panic!(
-                            "{what}: bytes differ from offset {} (seed {seed})\n{}",
-                            off + at as u64,
-                            log.join("\n")
-                        );
-                    }
+                    same_bytes(&what, off, &a, &b, seed, &log);
                 }
                 counts[2] += 1;
             }
