@@ -152,6 +152,9 @@ events! {
     DirectReclaims => direct_reclaims,
     /// Times the background reclaim thread was woken.
     KswapdWakeups => kswapd_wakeups,
+    /// CPU time spent in rounds of reclaim (direct and background), in nanoseconds of the
+    /// reclaiming thread's CPU clock: with `evictions`, the cost of reclaim per evicted page.
+    ReclaimNs => reclaim_ns,
     /// A per-thread batch of LRU operations (additions, activations, rotations) was drained
     /// under the LRU lock.
     LruBatchDrains => lru_batch_drains,

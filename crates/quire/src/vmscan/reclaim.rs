@@ -62,6 +62,21 @@ const SHADOW_BATCH: usize = 256;
 /// before it reclaims itself.
 const THROTTLE: Duration = Duration::from_millis(4);
 
+/// The calling thread's CPU time in nanoseconds (0 under loom, which has no clocks).
+fn thread_cpu_ns() -> u64 {
+    #[cfg(not(loom))]
+    {
+        let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+        (t.tv_sec as u64)
+            .saturating_mul(1_000_000_000)
+            .saturating_add(t.tv_nsec as u64)
+    }
+    #[cfg(loom)]
+    {
+        0
+    }
+}
+
 /// Allocation gave up: every frame stayed pinned or locked for the whole allocation timeout.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct NoMemory;
@@ -417,6 +432,19 @@ impl Vmscan {
     /// `balance_pgdat`.
     #[doc(alias = "do_try_to_free_pages")]
     pub(crate) fn try_to_free_pages(
+        &self,
+        pool: &FramePool,
+        owners: &dyn Owners,
+        nr_to_reclaim: usize,
+    ) -> usize {
+        let start = thread_cpu_ns();
+        let freed = self.do_try_to_free_pages(pool, owners, nr_to_reclaim);
+        self.counters
+            .add(Event::ReclaimNs, thread_cpu_ns().saturating_sub(start));
+        freed
+    }
+
+    fn do_try_to_free_pages(
         &self,
         pool: &FramePool,
         owners: &dyn Owners,

@@ -76,11 +76,41 @@ pub(crate) const PAGE: usize = 4096;
 /// Reader threads of the `zipf` and `readonce` cases.
 const THREADS: usize = 2;
 
-/// The quire variants, in the order they run, with their reclaim policy and workingset switch.
-const QUIRE: [(&str, ReclaimPolicy, bool); 3] = [
-    ("clock", ReclaimPolicy::Clock, false),
-    ("lru", ReclaimPolicy::Lru, false),
-    ("lru-workingset", ReclaimPolicy::Lru, true),
+/// One quire variant of the suite: a name and how its cache is configured.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Variant {
+    pub name: &'static str,
+    policy: ReclaimPolicy,
+    workingset: bool,
+}
+
+impl Variant {
+    /// The cache configuration of this variant with a budget of `budget` bytes.
+    pub(crate) fn config(&self, budget: u64) -> CacheConfig {
+        let mut cfg = CacheConfig::new(budget as usize);
+        cfg.reclaim = self.policy;
+        cfg.workingset = self.workingset;
+        cfg
+    }
+}
+
+/// The quire variants, in the order they run.
+pub(crate) const QUIRE: &[Variant] = &[
+    Variant {
+        name: "clock",
+        policy: ReclaimPolicy::Clock,
+        workingset: false,
+    },
+    Variant {
+        name: "lru",
+        policy: ReclaimPolicy::Lru,
+        workingset: false,
+    },
+    Variant {
+        name: "lru-workingset",
+        policy: ReclaimPolicy::Lru,
+        workingset: true,
+    },
 ];
 
 /// Sizes of one run.
@@ -177,13 +207,6 @@ fn run(b: &mut Bench) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn config(budget: u64, policy: ReclaimPolicy, workingset: bool) -> CacheConfig {
-    let mut cfg = CacheConfig::new(budget as usize);
-    cfg.reclaim = policy;
-    cfg.workingset = workingset;
-    cfg
-}
-
 /// An O_DIRECT store over `path` that counts what it reads, opened in a new cache.
 fn open_counted(
     b: &Bench,
@@ -246,9 +269,10 @@ fn zipf_case(b: &mut Bench, sz: &Sizes, files: &Files) -> anyhow::Result<()> {
         .map(|t| zipf_trace(pages, warm + sz.zipf_ops, t))
         .collect();
     let asked = (THREADS * sz.zipf_ops * PAGE) as u64;
-    for (variant, policy, ws) in QUIRE {
+    for v in QUIRE {
+        let variant = v.name;
         b.step(&format!("zipf / {variant}"));
-        let cache = PageCache::new(config(sz.budget, policy, ws))?;
+        let cache = PageCache::new(v.config(sz.budget))?;
         let (file, store) = open_counted(b, &cache, &files.big)?;
         let warmed = Barrier::new(THREADS + 1);
         let go = Barrier::new(THREADS + 1);
@@ -355,9 +379,10 @@ fn scan_case(b: &mut Bench, sz: &Sizes, files: &Files) -> anyhow::Result<()> {
         .flat_map(|pass| permutation(hot_pages, 0xB0 + pass as u64))
         .collect();
     let trace = uniform_trace(hot_pages, 1 << 24, 0x5CA);
-    for (variant, policy, ws) in QUIRE {
+    for v in QUIRE {
+        let variant = v.name;
         b.step(&format!("scan / {variant}"));
-        let cache = PageCache::new(config(sz.budget, policy, ws))?;
+        let cache = PageCache::new(v.config(sz.budget))?;
         let (hot, hot_store) = open_counted(b, &cache, &files.hot)?;
         let (stream, _) = open_counted(b, &cache, &files.big)?;
         let mut buf = vec![0u8; PAGE];
@@ -466,9 +491,10 @@ fn read_through(file: &CachedFile, buf: &mut [u8]) -> anyhow::Result<u64> {
 }
 
 fn loop_case(b: &mut Bench, sz: &Sizes, files: &Files) -> anyhow::Result<()> {
-    for (variant, policy, ws) in QUIRE {
+    for v in QUIRE {
+        let variant = v.name;
         b.step(&format!("loop / {variant}"));
-        let cache = PageCache::new(config(sz.budget, policy, ws))?;
+        let cache = PageCache::new(v.config(sz.budget))?;
         let (file, store) = open_counted(b, &cache, &files.looped)?;
         let mut buf = vec![0u8; CHUNK];
         read_through(&file, &mut buf)?;
@@ -531,9 +557,10 @@ fn loop_case(b: &mut Bench, sz: &Sizes, files: &Files) -> anyhow::Result<()> {
 // ---- switch -------------------------------------------------------------------------------
 
 fn switch_case(b: &mut Bench, sz: &Sizes, files: &Files) -> anyhow::Result<()> {
-    for (variant, policy, ws) in QUIRE {
+    for v in QUIRE {
+        let variant = v.name;
         b.step(&format!("switch / {variant}"));
-        let cache = PageCache::new(config(sz.budget, policy, ws))?;
+        let cache = PageCache::new(v.config(sz.budget))?;
         let opened: Vec<_> = files
             .switch
             .iter()
@@ -626,9 +653,10 @@ fn switch_case(b: &mut Bench, sz: &Sizes, files: &Files) -> anyhow::Result<()> {
 // ---- readonce -----------------------------------------------------------------------------
 
 fn readonce_case(b: &mut Bench, sz: &Sizes, files: &Files) -> anyhow::Result<()> {
-    for (variant, policy, ws) in QUIRE {
+    for v in QUIRE {
+        let variant = v.name;
         b.step(&format!("readonce / {variant}"));
-        let cache = PageCache::new(config(sz.budget, policy, ws))?;
+        let cache = PageCache::new(v.config(sz.budget))?;
         let handles: Vec<_> = files
             .once
             .iter()
