@@ -44,6 +44,19 @@ enum Command {
         /// List the suites and exit.
         #[arg(long)]
         list: bool,
+        /// `evict` only: replay this page-access trace through every quire variant, the
+        /// default configuration and OPT, instead of the suite's cases (one page number per
+        /// line, or libCacheSim's oracleGeneral binary or csv).
+        #[arg(long, value_name = "FILE")]
+        trace: Option<PathBuf>,
+        /// The trace's format (default: by extension — .oracleGeneral and .bin binary, .csv
+        /// and .tsv csv — else text).
+        #[arg(long, value_enum, value_name = "FORMAT", requires = "trace")]
+        trace_format: Option<bench::evict::TraceFormat>,
+        /// The cache budget of a trace replay (K, M, G suffixes; default: a quarter of the
+        /// trace's distinct pages, at least 1 MiB).
+        #[arg(long, value_name = "SIZE", requires = "trace", value_parser = mount::parse_size)]
+        budget: Option<usize>,
     },
     /// Draw the SVG charts of a stored `quire bench --json` report into DIR (as `--plot` does
     /// at the end of a run): SUITE-before-after.svg and SUITE-scaling.svg per suite.
@@ -108,6 +121,9 @@ fn main() -> anyhow::Result<()> {
             runs,
             plot,
             list,
+            trace,
+            trace_format,
+            budget,
         } => {
             if list {
                 for s in bench::SUITES {
@@ -115,12 +131,18 @@ fn main() -> anyhow::Result<()> {
                 }
                 return Ok(());
             }
+            let trace = trace.map(|path| bench::evict::TraceArgs {
+                path,
+                format: trace_format,
+                budget: budget.map(|b| b as u64),
+            });
             bench::run(&bench::Options {
                 suites: &suites,
                 quick,
                 runs: runs as usize,
                 json: json.as_deref(),
                 plot: plot.as_deref(),
+                trace: trace.as_ref(),
             })
         }
         Command::Plot {

@@ -30,7 +30,7 @@ impl Better {
             | "handoffs_per_cpu_s" | "inserts_per_s" | "stats_per_s" | "walks_per_s"
             | "walks_per_cpu_s" => Higher,
             // What stayed in memory.
-            "hit_ratio" | "hot_hit_ratio" => Higher,
+            "hit_ratio" | "hot_hit_ratio" | "demand_hit_ratio" => Higher,
             // Time per unit of work.
             "ns_per_op" | "ns_per_page" | "ns_per_test" | "lat_us" => Lower,
             // Work or waiting per unit of work: each is overhead the "after" variant removes.
@@ -46,13 +46,16 @@ impl Better {
             | "walks_per_insert"
             | "dirty_tests_per_page"
             | "direct_reclaims_per_alloc"
-            | "direct_reclaims_per_gib" => Lower,
+            | "direct_reclaims_per_gib"
+            | "reclaim_ns_per_evicted" => Lower,
             // Memory held.
             "daemon_rss_mib" | "index_heap_bytes_per_budget_byte" => Lower,
             // Descriptions of a run, not scores: the share of frames background reclaim keeps
-            // free, the share of refaults workingset detection activated, and the share of a
-            // FUSE request that is the round trip itself.
-            "free_share_at_end" | "refaults_activated" | "round_trip_share" => Better::None,
+            // free, the share of refaults workingset detection activated, the share of a FUSE
+            // request that is the round trip itself, and the pages a trace replay evicted.
+            "free_share_at_end" | "refaults_activated" | "round_trip_share" | "evicted_pages" => {
+                Better::None
+            }
             _ => return None,
         })
     }
@@ -89,6 +92,7 @@ mod tests {
         ("dcache.rs", include_str!("dcache.rs")),
         ("dirtybit.rs", include_str!("dirtybit.rs")),
         ("evict/mod.rs", include_str!("evict/mod.rs")),
+        ("evict/trace.rs", include_str!("evict/trace.rs")),
         ("fuse.rs", include_str!("fuse.rs")),
         ("lockref.rs", include_str!("lockref.rs")),
         ("pagelock.rs", include_str!("pagelock.rs")),

@@ -73,12 +73,19 @@ pub struct Bench {
     suite: &'static str,
     /// Notes already printed: a suite run N times says each thing once.
     noted: RefCell<HashSet<String>>,
+    /// `--trace`: the trace `evict` replays instead of its cases.
+    trace: Option<evict::TraceArgs>,
 }
 
 impl Bench {
     /// Whether this is a `--quick` run.
     pub fn quick(&self) -> bool {
         self.quick
+    }
+
+    /// The trace to replay (`--trace`, `evict` only).
+    pub fn trace(&self) -> Option<&evict::TraceArgs> {
+        self.trace.as_ref()
     }
 
     /// Records one figure of the running suite.
@@ -140,13 +147,28 @@ pub struct Options<'a> {
     pub json: Option<&'a Path>,
     /// Where to draw the charts.
     pub plot: Option<&'a Path>,
+    /// `--trace`: replay this trace in `evict` instead of its cases (no other suite may run).
+    pub trace: Option<&'a evict::TraceArgs>,
 }
 
 /// Runs the chosen suites; prints the host, then each suite's tables as soon as it is done;
 /// keeps the JSON report up to date after each suite and draws the charts at the end.
 pub fn run(opts: &Options<'_>) -> anyhow::Result<()> {
     let mut chosen = Vec::new();
-    if opts.suites.is_empty() {
+    if let Some(t) = opts.trace {
+        if let Some(other) = opts.suites.iter().find(|s| *s != evict::SUITE.name) {
+            bail!(
+                "--trace {} is for the evict suite only, not {other:?}: quire bench evict --trace FILE",
+                t.path.display()
+            );
+        }
+        chosen.push(
+            SUITES
+                .iter()
+                .find(|s| s.name == evict::SUITE.name)
+                .expect("evict"),
+        );
+    } else if opts.suites.is_empty() {
         chosen.extend(SUITES.iter());
     } else {
         for n in opts.suites {
@@ -176,7 +198,11 @@ pub fn run(opts: &Options<'_>) -> anyhow::Result<()> {
     }
     println!("{}\n", table::legend(runs));
 
-    let total: u64 = chosen.iter().map(|s| (s.steps)(quick)).sum::<u64>() * runs as u64;
+    let steps = |s: &Suite| match opts.trace {
+        Some(_) => evict::trace_steps(),
+        None => (s.steps)(quick),
+    };
+    let total: u64 = chosen.iter().map(|s| steps(s)).sum::<u64>() * runs as u64;
     let progress = ProgressBar::new(total);
     progress.set_style(
         ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {msg}")
@@ -190,6 +216,7 @@ pub fn run(opts: &Options<'_>) -> anyhow::Result<()> {
         progress,
         suite: "",
         noted: RefCell::new(HashSet::new()),
+        trace: opts.trace.cloned(),
     };
     let started = Instant::now();
     for s in &chosen {

@@ -42,8 +42,20 @@
 //!   folios from a store whose bytes are computed, not stored; the most heap the index nodes
 //!   held at any moment, sampled every 4 MiB (`index_heap_bytes_per_budget_byte`: nodes ×
 //!   their 576 bytes), with the shadow shrinker (`shrinker`) and without (`no-shrinker`).
+//!
+//! With `--trace FILE` the suite runs none of these cases: it replays the page-access trace in
+//! FILE (one page number per line, or libCacheSim's `oracleGeneral` binary or csv; format by
+//! extension or `--trace-format text|oracle-general|csv`) through every quire variant above,
+//! through `default` (the configuration a user gets without choosing) and through `opt`, with a
+//! budget of `--budget SIZE` (default: a quarter of the trace's distinct pages, at least 1 MiB):
+//! case `trace`, `hit_ratio`, `demand_hit_ratio`, `evicted_pages` and `reclaim_ns_per_evicted`
+//! (`trace.rs`). The pages are read one at a time, single-threaded, from a store whose bytes
+//! are computed, through the ordinary cache, so readahead acts as it would for a real reader
+//! (and pages it reads that go unused count against `hit_ratio`):
+//! `quire bench evict --trace my.trace --budget 64M`.
 
 mod kernel;
+mod trace;
 mod workload;
 
 use std::fs::File;
@@ -62,6 +74,7 @@ use super::{Bench, Suite};
 use workload::{interleave, opt_ratio, permutation, uniform_trace, zipf_trace, CountingStore};
 
 pub use kernel::child_main;
+pub use trace::{steps as trace_steps, TraceArgs, TraceFormat};
 
 pub const SUITE: Suite = Suite {
     name: "evict",
@@ -173,6 +186,9 @@ const SWITCH_PASSES: usize = 4;
 const SWITCH_TURNS: usize = 4;
 
 fn run(b: &mut Bench) -> anyhow::Result<()> {
+    if let Some(args) = b.trace().cloned() {
+        return trace::run(b, &args);
+    }
     let sz = Sizes::new(b.quick());
     let scratch = Scratch::new("evict")?;
     b.step(&format!("writing data files in {}", scratch.describe()));

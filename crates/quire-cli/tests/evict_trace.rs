@@ -1,0 +1,274 @@
+//! `quire bench evict --trace FILE`: small traces in each format replayed by the built binary,
+//! read back from its JSON report — every quire variant of the suite, `default` and `opt`
+//! reported, OPT the ceiling of every hit ratio — and malformed traces refused with the line or
+//! the record named.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const QUIRE: &str = env!("CARGO_BIN_EXE_quire");
+
+/// The suite's source: the names of its quire variants are read from the `QUIRE` table, so
+/// that a variant added there is checked here too.
+const EVICT_SRC: &str = include_str!("../src/bench/evict/mod.rs");
+
+struct Dir(PathBuf);
+
+impl Dir {
+    fn new(tag: &str) -> Dir {
+        let p = std::env::temp_dir().join(format!("quire-trace-{tag}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&p);
+        fs::create_dir_all(&p).unwrap();
+        Dir(p)
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The names in the `QUIRE` table of `evict/mod.rs` (each entry's `name: "..."`).
+fn quire_variants() -> Vec<String> {
+    let start = EVICT_SRC
+        .find("const QUIRE")
+        .expect("evict/mod.rs has no QUIRE table");
+    let table = &EVICT_SRC[start..];
+    let table = &table[..table.find("];").expect("the QUIRE table ends")];
+    let names: Vec<String> = table
+        .match_indices("name:")
+        .filter_map(|(at, _)| {
+            let rest = table[at + "name:".len()..].trim_start();
+            let rest = rest.strip_prefix('"')?;
+            Some(rest[..rest.find('"')?].to_string())
+        })
+        .collect();
+    assert!(!names.is_empty(), "no `name: \"...\"` in the QUIRE table");
+    names
+}
+
+/// A small deterministic generator (64-bit LCG, high bits).
+struct Lcg(u64);
+
+impl Lcg {
+    fn next(&mut self) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        self.0 >> 33
+    }
+
+    /// Zipf-like (exponent 1) over `0..n` by inverting the cumulative sum.
+    fn zipf(&mut self, cdf: &[f64]) -> usize {
+        let u = self.next() as f64 / (1u64 << 31) as f64 * cdf[cdf.len() - 1];
+        cdf.partition_point(|&c| c < u).min(cdf.len() - 1)
+    }
+}
+
+fn cdf(n: usize) -> Vec<f64> {
+    let mut sum = 0.0;
+    (1..=n)
+        .map(|k| {
+            sum += 1.0 / k as f64;
+            sum
+        })
+        .collect()
+}
+
+fn quire(args: &[&str]) -> Output {
+    Command::new(QUIRE).args(args).output().expect("run quire")
+}
+
+/// (variant, metric) → value, from a report.
+fn figures(json: &Path) -> Vec<(String, String, f64)> {
+    let r: serde_json::Value = serde_json::from_slice(&fs::read(json).unwrap()).unwrap();
+    r["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .map(|x| {
+            assert_eq!(x["suite"], "evict");
+            assert_eq!(x["case"], "trace");
+            (
+                x["variant"].as_str().unwrap().to_string(),
+                x["metric"].as_str().unwrap().to_string(),
+                x["value"].as_f64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// Replays `trace` (with `extra` arguments) and checks the report: every variant, `default`
+/// and `opt` have a hit ratio, OPT's is within [0, 1] and at least every other's, and the
+/// quire variants report their evictions and the reclaim time per evicted page. Where
+/// `in_unit_range`, every hit ratio must lie within [0, 1] — not so for any trace: readahead
+/// may read pages that are evicted before use, and `1 - pages read / pages asked` then goes
+/// below 0 (a small budget looping over a file larger than it, objects of several pages);
+/// `demand_hit_ratio` always lies within it. Returns stderr.
+fn replay(dir: &Dir, trace: &Path, extra: &[&str], in_unit_range: bool) -> String {
+    let json = dir.path("out.json");
+    let _ = fs::remove_file(&json);
+    let t = trace.to_str().unwrap();
+    let mut args = vec![
+        "bench",
+        "evict",
+        "--trace",
+        t,
+        "--json",
+        json.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    let out = quire(&args);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{args:?}: {stdout}\n{stderr}");
+    assert!(stdout.contains("evict / trace"), "{stdout}");
+    let figs = figures(&json);
+    let get = |v: &str, m: &str| {
+        figs.iter()
+            .find(|(fv, fm, _)| fv == v && fm == m)
+            .map(|f| f.2)
+    };
+    let opt = get("opt", "hit_ratio").expect("opt's hit ratio");
+    assert!((0.0..=1.0).contains(&opt), "opt {opt}");
+    let mut variants = quire_variants();
+    variants.push("default".into());
+    for v in &variants {
+        let h = get(v, "hit_ratio").unwrap_or_else(|| panic!("{v}: no hit_ratio in {figs:?}"));
+        assert!(h <= 1.0 && h.is_finite(), "{v}: hit ratio {h}");
+        if in_unit_range {
+            assert!(h >= 0.0, "{v}: hit ratio {h}");
+        }
+        assert!(h <= opt + 1e-9, "{v}: hit ratio {h} above opt's {opt}");
+        let d = get(v, "demand_hit_ratio").expect("demand_hit_ratio");
+        assert!((0.0..=1.0).contains(&d), "{v}: demand hit ratio {d}");
+        // Every trace here is larger than its budget: something is evicted.
+        let evicted = get(v, "evicted_pages").expect("evicted_pages");
+        assert!(evicted > 0.0, "{v}: nothing evicted");
+        let ns = get(v, "reclaim_ns_per_evicted").expect("reclaim_ns_per_evicted");
+        assert!(ns.is_finite() && ns >= 0.0, "{v}: {ns}");
+        assert!(
+            stderr.contains(&format!("trace / {v}: hit ratio")),
+            "{stderr}"
+        );
+    }
+    assert!(get("opt", "evicted_pages").is_some());
+    stderr
+}
+
+#[test]
+fn text_trace_loop_and_zipf() {
+    let dir = Dir::new("text");
+    let mut lines = vec!["# three passes over 1000 pages, then Zipf over 2000".to_string()];
+    for _ in 0..3 {
+        lines.extend((0..1000).map(|p| format!("{}", 5000 + p)));
+    }
+    let (c, mut rng) = (cdf(2000), Lcg(7));
+    // Page numbers spread out (gaps are closed up by the replay).
+    lines.extend((0..9000).map(|_| format!("  {} ", 10 * rng.zipf(&c))));
+    let trace = dir.path("mix.txt");
+    fs::write(&trace, lines.join("\n") + "\n").unwrap();
+    let stderr = replay(&dir, &trace, &["--budget", "2M"], false);
+    assert!(
+        stderr.contains("budget 2.00 MiB = 512 pages (--budget)"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn csv_trace_with_text_keys_and_sizes() {
+    let dir = Dir::new("csv");
+    let (c, mut rng) = (cdf(1200), Lcg(11));
+    let mut s = String::from("timestamp,obj_id,obj_size,next_access_vtime\n");
+    for t in 0..5000 {
+        let o = rng.zipf(&c);
+        // Sizes of 1 to 3 pages, fixed per object.
+        let size = 1000 + (o % 3) * 4096;
+        s.push_str(&format!("{t},obj-{o},{size},-1\n"));
+    }
+    let trace = dir.path("w.csv");
+    fs::write(&trace, s).unwrap();
+    // Reading an object of several pages opens a readahead window that runs on into the
+    // objects beside it: the hit ratio may go below 0.
+    replay(&dir, &trace, &["--budget", "2M"], false);
+}
+
+#[test]
+fn oracle_general_trace_with_the_default_budget() {
+    // Objects of one page each, read at random: readahead has nothing to go on, and every hit
+    // ratio lies within [0, 1].
+    let dir = Dir::new("bin");
+    let (c, mut rng) = (cdf(3000), Lcg(13));
+    let mut bytes = Vec::new();
+    for t in 0..6000u32 {
+        let id = 0x9E37_79B9_7F4A_7C15u64.wrapping_mul(rng.zipf(&c) as u64 + 1);
+        bytes.extend(t.to_le_bytes());
+        bytes.extend(id.to_le_bytes());
+        bytes.extend(4096u32.to_le_bytes());
+        bytes.extend((-1i64).to_le_bytes());
+    }
+    let trace = dir.path("w.oracleGeneral");
+    fs::write(&trace, &bytes).unwrap();
+    let stderr = replay(&dir, &trace, &[], true);
+    assert!(stderr.contains("(oracle-general)"), "{stderr}");
+    assert!(
+        stderr.contains("(default: a quarter of the distinct pages"),
+        "{stderr}"
+    );
+    // The same file, named otherwise, read as binary by --trace-format.
+    let renamed = dir.path("w.dat");
+    fs::rename(&trace, &renamed).unwrap();
+    replay(&dir, &renamed, &["--trace-format", "oracle-general"], true);
+}
+
+#[test]
+fn malformed_traces_are_refused_with_where() {
+    let dir = Dir::new("bad");
+    let bad = dir.path("bad.txt");
+    fs::write(&bad, "1\n2\n\n# c\n12x\n3\n").unwrap();
+    let b = bad.to_str().unwrap();
+    let out = quire(&["bench", "evict", "--trace", b, "--budget", "2M"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains(&format!("{b}:5: \"12x\" is not a page number")),
+        "{stderr}"
+    );
+
+    let csv = dir.path("bad.csv");
+    fs::write(&csv, "time,size\n1,4096\n").unwrap();
+    let out = quire(&["bench", "evict", "--trace", csv.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("bad.csv:1: the header has no obj_id column"),
+        "{stderr}"
+    );
+
+    let bin = dir.path("cut.bin");
+    fs::write(&bin, [0u8; 24 * 3 + 5]).unwrap();
+    let out = quire(&["bench", "evict", "--trace", bin.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("cut.bin: record 3 (byte 72)"), "{stderr}");
+
+    let empty = dir.path("empty.txt");
+    fs::write(&empty, "# nothing\n\n").unwrap();
+    let out = quire(&["bench", "evict", "--trace", empty.to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("the trace has no accesses"));
+
+    // --trace is for evict only; --budget needs --trace.
+    let out = quire(&["bench", "read", "--trace", b]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("evict suite only"));
+    let out = quire(&["bench", "evict", "--budget", "2M"]);
+    assert!(!out.status.success());
+}
