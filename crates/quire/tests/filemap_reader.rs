@@ -126,6 +126,8 @@ fn a_readers_hits_are_marked_like_the_handles() {
     cfg.max_folio_order = 0;
     cfg.readahead_max = 0;
     cfg.io_threads = 0;
+    // Activation is the classic lists' (the multi-generational LRU counts uses instead).
+    cfg.reclaim = quire::vmscan::ReclaimPolicy::Lru;
     let cache = PageCache::new(cfg).unwrap();
     let data = common::pattern(16 * PAGE, 4);
     let f = cache

@@ -211,8 +211,10 @@ fn a_sequential_stream_is_reclaimed_by_the_background_thread() {
             s.vmstat.get(Event::PgSteal)
         );
         assert!(s.vmstat.get(Event::KswapdWakeups) > 0, "order {order}");
+        // Two passes over four times the cache: all but the cache's worth of the first went
+        // through it (the loop protection may keep part of the first pass for the second).
         assert!(
-            s.vmstat.get(Event::PgSteal) >= (2 * data.len() - (4 << 20)) as u64 / PAGE as u64,
+            s.vmstat.get(Event::PgSteal) >= (2 * data.len() - (8 << 20)) as u64 / PAGE as u64,
             "order {order}: the stream went through the cache: {s:?}"
         );
         assert!(

@@ -199,8 +199,11 @@ fn the_shrinker_bounds_shadow_nodes_while_a_file_100_times_the_budget_streams() 
     let off = stream(false);
     assert_eq!(off.end.vmstat.get(Event::WorkingsetNodereclaim), 0);
     let evicted = off.end.vmstat.get(Event::Evictions) as usize;
+    // (Nodes still holding cached folios hold no shadows only: the multi-generational LRU's
+    // loop protection keeps the folios of the first fill.)
+    let cached_nodes = off.end.cached_frames.div_ceil(64) + 1;
     assert!(
-        off.end.shadow_nodes >= evicted / 64 - 1,
+        off.end.shadow_nodes + cached_nodes >= evicted / 64 - 1,
         "{} shadow nodes for {evicted} evictions",
         off.end.shadow_nodes
     );

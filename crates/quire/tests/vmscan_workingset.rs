@@ -41,6 +41,8 @@ fn config(workingset: bool) -> CacheConfig {
     cfg.readahead_max = 0;
     cfg.io_threads = 0;
     cfg.workingset = workingset;
+    // The classic lists' rules (the multi-generational LRU has its own: vmscan_lru_gen.rs).
+    cfg.reclaim = ReclaimPolicy::Lru;
     cfg
 }
 

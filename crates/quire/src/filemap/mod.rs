@@ -155,10 +155,13 @@ pub struct CacheConfig {
     /// How long an allocation may wait for reclaim to free memory before reporting
     /// [`FilemapError::NoMemory`] (every frame pinned by references or locks). Default 5 s.
     pub alloc_timeout: Duration,
-    /// Which reclaim runs: LRU lists with background reclaim (the default), or the clock it
-    /// replaced (for benchmarks).
-    #[doc(hidden)] // a "before" policy for `quire bench`
+    /// Which reclaim runs: the multi-generational LRU (the default), the classic active and
+    /// inactive lists, or the clock they replaced. See [`crate::vmscan`].
     pub reclaim: ReclaimPolicy,
+    /// Whether the multi-generational LRU protects a resident share of loops larger than the
+    /// cache by adaptive insertion (default on; see [`crate::vmscan::lru_gen`]). Ignored by
+    /// the other policies.
+    pub loop_protection: bool,
     /// Whether refaults may activate folios as part of the working set (default on; off counts
     /// refaults only, for benchmarks).
     #[doc(hidden)] // a "before" policy for `quire bench`
@@ -184,7 +187,8 @@ impl CacheConfig {
             wait_policy: WaitPolicy::Exact,
             add_walks: AddWalks::Single,
             alloc_timeout: Duration::from_secs(5),
-            reclaim: ReclaimPolicy::Lru,
+            reclaim: ReclaimPolicy::MultiGen,
+            loop_protection: true,
             workingset: true,
             shadow_shrinker: true,
         }
@@ -482,6 +486,7 @@ impl PageCache {
         let vm = Vmscan::new(VmConfig {
             policy: config.reclaim,
             workingset: config.workingset,
+            loop_protection: config.loop_protection,
             shadow_shrinker: config.shadow_shrinker,
             frames: pool.nr_frames(),
             wait_policy: config.wait_policy,
@@ -566,6 +571,7 @@ impl PageCache {
             max_shadow_nodes: c.vm.max_shadow_nodes(),
             nonresident_age: c.vm.nonresident_age(),
             watermarks: c.vm.watermarks(),
+            lru_gen: c.vm.lru_gen_stats(&c.pool),
             vmstat: c.vm.counters.snapshot(),
         }
     }

@@ -33,6 +33,9 @@ pub struct CacheStats {
     pub nonresident_age: u64,
     /// The free-frame watermarks background and direct reclaim work to.
     pub watermarks: Watermarks,
+    /// The multi-generational LRU's generations, tiers and feedback (the kernel's debugfs
+    /// `lru_gen`); `None` under the other policies.
+    pub lru_gen: Option<crate::vmscan::LruGenStats>,
     /// This cache's counters since it was made: reclaim, refaults, batches
     /// (`pgscan`, `pgsteal`, `workingset_refault`, ... as in `/proc/vmstat`). Events counted
     /// only globally ([`crate::stats`]) read 0 here.

@@ -33,7 +33,11 @@
 //! | 15 | [`UNEVICTABLE`] | on the unevictable list: reclaim never takes it | its owner (mlock), under the LRU lock |
 //! | 16–19 | order ([`ORDER_SHIFT`]) | log2 of the folio's frame count, 0..=9 | allocation only |
 //! | 20 | [`LRU_PENDING`] | queued in a batch to be added to an LRU list | its owner / the batch drain, under the LRU lock |
-//! | 21–31 | — | reserved for `mem` | |
+//! | 21–23 | generation ([`GEN_SHIFT`]) | the multi-generational LRU's generation plus one, 0 when the folio is on no generation list | the LRU lock holder |
+//! | 24–25 | refs ([`REFS_SHIFT`]) | accesses through file descriptors beyond the first (saturating at 3): the folio's tier | [`Folio::inc_refs`] (lock-free) / reclaim |
+//! | 26 | [`PROBATION`] | a recent refault the loop protection will test when it is added; on a probation list: its one extra turn was given | reclaim (refault) / the LRU lock holder |
+//! | 27 | [`REFAULTED`] | read in over a shadow (not a first read): how the multi-generational LRU adds it | reclaim (refault) / the LRU lock holder |
+//! | 28–31 | — | reserved for `mem` | |
 //! | 32–63 | — | free for upper layers: `mm` keeps the mapcount (32–47, `MAPCOUNT_BITS`: page-table entries mapping the folio) and the mlock count (48–63) of mapped folios, anonymous or file | their owners, with RMW ops |
 //!
 //! State changes other than allocation and free are single read-modify-write operations on the
@@ -167,6 +171,21 @@ pub const RECLAIM: u64 = 1 << 14;
 pub const UNEVICTABLE: u64 = 1 << 15;
 /// The folio waits in a batch to be added to an LRU list (see [`crate::vmscan`]).
 pub const LRU_PENDING: u64 = 1 << 20;
+/// Where the multi-generational LRU keeps a folio's generation (plus one; 0 for none).
+pub const GEN_SHIFT: u32 = 21;
+/// The generation's bits in the flag word.
+pub const GEN_MASK: u64 = 0x7 << GEN_SHIFT;
+/// Where the access count beyond the first (the tier's source) is kept.
+pub const REFS_SHIFT: u32 = 24;
+/// The refs' bits in the flag word.
+pub const REFS_MASK: u64 = 0x3 << REFS_SHIFT;
+/// The largest refs value.
+pub const MAX_REFS: u64 = 3;
+/// A recent refault the loop protection tests when it is added; on a probation list, the folio
+/// had its one extra turn (see `vmscan::lru_gen`).
+pub const PROBATION: u64 = 1 << 26;
+/// Read in over a shadow entry rather than for the first time (see `vmscan::lru_gen`).
+pub const REFAULTED: u64 = 1 << 27;
 /// Where the order is stored in the flag word.
 pub const ORDER_SHIFT: u32 = 16;
 /// The order's bits in the flag word.
@@ -408,6 +427,64 @@ impl Folio {
         UNEVICTABLE: is_unevictable, set_unevictable, clear_unevictable;
         /// Whether the folio waits in a batch to be added to an LRU list.
         LRU_PENDING: is_lru_pending, set_lru_pending, clear_lru_pending;
+        /// Whether the folio is a loop-protection candidate, or had its extra probation turn.
+        PROBATION: is_probation, set_probation, clear_probation;
+        /// Whether the folio was read in over a shadow entry.
+        REFAULTED: is_refaulted, set_refaulted, clear_refaulted;
+    }
+
+    /// The refs bits: accesses through file descriptors beyond the first, 0..=[`MAX_REFS`].
+    #[inline]
+    pub fn refs(&self) -> u64 {
+        (self.flags.load(Ordering::Relaxed) & REFS_MASK) >> REFS_SHIFT
+    }
+
+    /// Counts one more access in the refs bits (saturating); sets [`WORKINGSET`] instead once
+    /// they are full. One read-modify-write, no lock (the kernel's `folio_inc_refs`).
+    #[doc(alias = "folio_inc_refs")]
+    #[inline]
+    pub fn inc_refs(&self) {
+        let _ = self
+            .flags
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |f| {
+                let refs = (f & REFS_MASK) >> REFS_SHIFT;
+                if refs < MAX_REFS {
+                    Some((f & !REFS_MASK) | ((refs + 1) << REFS_SHIFT))
+                } else if f & WORKINGSET == 0 {
+                    Some(f | WORKINGSET)
+                } else {
+                    None
+                }
+            });
+    }
+
+    /// Replaces the refs bits with `refs` (at most [`MAX_REFS`]).
+    #[inline]
+    pub(crate) fn set_refs(&self, refs: u64) {
+        let refs = refs.min(MAX_REFS) << REFS_SHIFT;
+        let _ = self
+            .flags
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |f| {
+                Some((f & !REFS_MASK) | refs)
+            });
+    }
+
+    /// The generation bits (generation plus one; 0 for none). Changed only by the LRU lock
+    /// holder.
+    #[inline]
+    pub(crate) fn gen_bits(&self) -> u64 {
+        (self.flags.load(Ordering::Relaxed) & GEN_MASK) >> GEN_SHIFT
+    }
+
+    /// Replaces the generation bits (under the LRU lock).
+    #[inline]
+    pub(crate) fn set_gen_bits(&self, bits: u64) {
+        let bits = (bits << GEN_SHIFT) & GEN_MASK;
+        let _ = self
+            .flags
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |f| {
+                Some((f & !GEN_MASK) | bits)
+            });
     }
 
     // ---- reference count ----

@@ -1,5 +1,6 @@
-//! The LRU lists of one cache (the kernel's `lruvec`): five intrusive doubly linked lists of
-//! folios through the descriptors' `lru_prev` / `lru_next` links, behind one lock.
+//! The LRU lists of one cache (the kernel's `lruvec`): intrusive doubly linked lists of folios
+//! through the descriptors' `lru_prev` / `lru_next` links, behind one lock — the five classic
+//! lists, and the generation lists of the multi-generational LRU ([`super::lru_gen`]).
 //!
 //! | list | holds |
 //! |---|---|
@@ -8,8 +9,11 @@
 //! | [`Lru::ActiveFile`] | file folios used twice, or judged part of the working set at refault |
 //! | [`Lru::Unevictable`] | folios that may not be reclaimed (mlocked) |
 //!
+//! | generation lists (`NR_GEN_LISTS`, one per type and generation) | folios of the multi-generational LRU: anonymous or file, generation `seq % MAX_NR_GENS` |
+//!
 //! Which list a folio is on follows from its flags ([`Lru::of`]: `UNEVICTABLE`, `ANON`,
-//! `ACTIVE`), as in the kernel; those flags change only while the folio is off every list
+//! `ACTIVE`; and, before those two, the generation bits when they are set), as in the kernel;
+//! those flags change only while the folio is off every list
 //! (isolated, or in a batch waiting to be added) or under the lock, so unlinking always finds
 //! the list the folio was linked on. `LRU` is set exactly while the folio is linked, and only
 //! the lock holder changes it. New folios go to the head of a list; reclaim takes from the tail.
@@ -20,7 +24,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::sync::loom::{Mutex, MutexGuard};
 
-use crate::mem::folio::{Folio, ACTIVE, ANON, LRU, UNEVICTABLE};
+use super::lru_gen::{GenState, MAX_NR_GENS, PROBATION_GEN};
+use super::Vmscan;
+use crate::mem::folio::{Folio, ACTIVE, ANON, GEN_MASK, GEN_SHIFT, LRU, UNEVICTABLE};
 use crate::mem::pool::FramePool;
 
 /// No folio (an empty link).
@@ -43,6 +49,49 @@ pub enum Lru {
 
 /// How many LRU lists a cache has.
 pub const NR_LRU_LISTS: usize = 5;
+
+/// How many generation lists: one per type (anonymous, file) and generation, and each type's
+/// probation list (generation bits `PROBATION_GEN + 1`).
+pub(crate) const NR_GEN_LISTS: usize = 2 * (MAX_NR_GENS + 1);
+
+/// Every list of an [`Lruvec`]: the classic ones, then the generation lists.
+pub(crate) const NR_LISTS: usize = NR_LRU_LISTS + NR_GEN_LISTS;
+
+/// The index of the generation list of `type_` (0 anonymous, 1 file) and generation `gen`.
+#[inline]
+pub(crate) fn gen_list(type_: usize, gen: usize) -> usize {
+    NR_LRU_LISTS + type_ * (MAX_NR_GENS + 1) + gen
+}
+
+/// The list a folio with these flags is linked on: its generation list when it has a
+/// generation, else the classic list [`Lru::of`] names.
+#[inline]
+pub(crate) fn list_of(flags: u64) -> usize {
+    let g = (flags & GEN_MASK) >> GEN_SHIFT;
+    if g != 0 && flags & UNEVICTABLE == 0 {
+        gen_list(usize::from(flags & ANON == 0), g as usize - 1)
+    } else {
+        Lru::of(flags) as usize
+    }
+}
+
+/// A list's name: the classic names, and `gen<g>_anon` / `gen<g>_file`.
+fn list_name(l: usize) -> String {
+    if l < NR_LRU_LISTS {
+        Lru::ALL[l].name().to_string()
+    } else {
+        let g = l - NR_LRU_LISTS;
+        let t = if g / (MAX_NR_GENS + 1) == 0 {
+            "anon"
+        } else {
+            "file"
+        };
+        match g % (MAX_NR_GENS + 1) {
+            PROBATION_GEN => format!("probation_{t}"),
+            g => format!("gen{g}_{t}"),
+        }
+    }
+}
 
 impl Lru {
     /// Every list, in index order.
@@ -89,8 +138,10 @@ struct Ends {
 /// The lists themselves, only reached through [`Lruvec::lock`].
 #[derive(Debug)]
 pub(crate) struct Lists {
-    ends: [Ends; NR_LRU_LISTS],
-    frames: [usize; NR_LRU_LISTS],
+    ends: [Ends; NR_LISTS],
+    frames: [usize; NR_LISTS],
+    /// The generations' sequence numbers and feedback (multi-generational LRU only).
+    pub(crate) gen: GenState,
 }
 
 /// The lists and their lock; see the [module documentation](self).
@@ -98,25 +149,28 @@ pub(crate) struct Lists {
 pub(crate) struct Lruvec {
     lists: Mutex<Lists>,
     /// `Lists::frames`, published after every change.
-    sizes: [AtomicUsize; NR_LRU_LISTS],
+    sizes: [AtomicUsize; NR_LISTS],
 }
 
 /// The lists, locked. Dropping it publishes the sizes.
 pub(crate) struct LruGuard<'a> {
-    lists: MutexGuard<'a, Lists>,
+    pub(crate) lists: MutexGuard<'a, Lists>,
     vec: &'a Lruvec,
     pool: &'a FramePool,
 }
 
 impl Lruvec {
-    pub(crate) fn new() -> Lruvec {
+    /// Lists for a cache; `gen` is the multi-generational LRU's state (disabled for the other
+    /// policies).
+    pub(crate) fn new(gen: GenState) -> Lruvec {
         Lruvec {
             lists: Mutex::new(Lists {
                 ends: [Ends {
                     head: NIL,
                     tail: NIL,
-                }; NR_LRU_LISTS],
-                frames: [0; NR_LRU_LISTS],
+                }; NR_LISTS],
+                frames: [0; NR_LISTS],
+                gen,
             }),
             sizes: Default::default(),
         }
@@ -135,6 +189,12 @@ impl Lruvec {
     #[inline]
     pub(crate) fn size(&self, lru: Lru) -> usize {
         self.sizes[lru as usize].load(Ordering::Relaxed)
+    }
+
+    /// Frames on list `l` (any list, by index) at the last change (lock-free).
+    #[inline]
+    pub(crate) fn list_size(&self, l: usize) -> usize {
+        self.sizes[l].load(Ordering::Relaxed)
     }
 }
 
@@ -160,13 +220,49 @@ impl<'a> LruGuard<'a> {
     }
 
     /// Links `folio` (off every list, `LRU` clear) onto the list its flags name — at the head,
-    /// or at the tail with `tail` — and sets `LRU`. The kernel's `lruvec_add_folio(_tail)`.
+    /// or at the tail with `tail` — and sets `LRU`. Under the multi-generational LRU a folio
+    /// without a generation first gets one ([`GenState::gen_for_add`]). The kernel's
+    /// `lruvec_add_folio(_tail)`.
     #[doc(alias = "lruvec_add_folio")]
     pub(crate) fn add(&mut self, folio: &Folio, tail: bool) {
         debug_assert!(!folio.is_lru(), "adding a folio that is on a list");
-        let lru = Lru::of(folio.flags());
+        if self.lists.gen.enabled && !folio.is_unevictable() && folio.gen_bits() == 0 {
+            let gen = self.lists.gen.gen_for_add(folio);
+            folio.set_gen_bits(gen as u64 + 1);
+        }
+        let l = list_of(folio.flags());
+        self.link(folio, l, tail);
+    }
+
+    /// Links a folio its owner has just added (the batch drain of `folio_add_lru`): as
+    /// [`LruGuard::add`], except that under the multi-generational LRU's loop protection
+    /// ([`super::lru_gen`]) a candidate refault takes the admission test, and a file folio read
+    /// for the first time goes to probation once the cache is full (free frames at or below
+    /// the high watermark).
+    pub(crate) fn add_new(&mut self, folio: &Folio) {
+        let gen = &self.lists.gen;
+        if gen.enabled && gen.loop_protection && !folio.is_unevictable() {
+            let refaulted = folio.clear_refaulted();
+            let probation = if folio.clear_probation() {
+                Vmscan::lru_gen_admit(self, folio)
+            } else {
+                !refaulted
+                    && folio.flags() & (ACTIVE | ANON) == 0
+                    && self.pool.free_frames_hint() <= self.lists.gen.high
+            };
+            if probation {
+                let t = usize::from(folio.flags() & ANON == 0);
+                folio.set_gen_bits(PROBATION_GEN as u64 + 1);
+                self.link(folio, gen_list(t, PROBATION_GEN), false);
+                return;
+            }
+        }
+        self.add(folio, false);
+    }
+
+    /// Links `folio` onto list `l` (at the head, or the tail) and sets `LRU`.
+    pub(crate) fn link(&mut self, folio: &Folio, l: usize, tail: bool) {
         let pfn = self.pfn(folio);
-        let l = lru as usize;
         let ends = self.lists.ends[l];
         if tail {
             folio.lru_prev.store(ends.tail, Ordering::Relaxed);
@@ -191,12 +287,21 @@ impl<'a> LruGuard<'a> {
         folio.set_lru();
     }
 
-    /// Unlinks `folio` (which is on the list its flags name) and clears `LRU`. The kernel's
-    /// `lruvec_del_folio`.
+    /// Unlinks `folio` (which is on the list its flags name) and clears `LRU` and its
+    /// generation. The kernel's `lruvec_del_folio`.
     #[doc(alias = "lruvec_del_folio")]
     pub(crate) fn del(&mut self, folio: &Folio) {
+        self.unlink(folio);
+        if folio.gen_bits() != 0 {
+            folio.set_gen_bits(0);
+        }
+    }
+
+    /// Unlinks `folio` (which is on the list its flags name) and clears `LRU`; returns the list
+    /// it was on. Its generation bits stay.
+    pub(crate) fn unlink(&mut self, folio: &Folio) -> usize {
         debug_assert!(folio.is_lru(), "deleting a folio that is on no list");
-        let l = Lru::of(folio.flags()) as usize;
+        let l = list_of(folio.flags());
         let pfn = self.pfn(folio);
         let prev = folio.lru_prev.load(Ordering::Relaxed);
         let next = folio.lru_next.load(Ordering::Relaxed);
@@ -216,12 +321,33 @@ impl<'a> LruGuard<'a> {
         folio.lru_next.store(NIL, Ordering::Relaxed);
         self.lists.frames[l] -= folio.nr_frames();
         folio.clear_lru();
+        l
     }
 
     /// Moves `folio` (on its list) to the head of the same list.
     pub(crate) fn move_to_head(&mut self, folio: &Folio) {
-        self.del(folio);
-        self.add(folio, false);
+        let l = self.unlink(folio);
+        self.link(folio, l, false);
+    }
+
+    /// Moves `folio` (on a generation list) to generation `gen` of its type, at the head (or
+    /// the tail).
+    pub(crate) fn move_to_gen(&mut self, folio: &Folio, gen: usize, tail: bool) {
+        self.unlink(folio);
+        folio.set_gen_bits(gen as u64 + 1);
+        let l = list_of(folio.flags());
+        self.link(folio, l, tail);
+    }
+
+    /// The folio at the tail of list `l` (any list, by index), if any.
+    pub(crate) fn tail_of(&self, l: usize) -> Option<&'a Folio> {
+        let t = self.lists.ends[l].tail;
+        (t != NIL).then(|| self.folio(t))
+    }
+
+    /// Frames on list `l` now.
+    pub(crate) fn frames_of(&self, l: usize) -> usize {
+        self.lists.frames[l]
     }
 
     /// The folio at the tail of `lru`, if any.
@@ -230,10 +356,10 @@ impl<'a> LruGuard<'a> {
         (t != NIL).then(|| self.folio(t))
     }
 
-    /// Every folio on `lru`, head to tail (for tests and the invariant check).
-    pub(crate) fn walk(&self, lru: Lru) -> Vec<&'a Folio> {
+    /// Every folio on list `l` (by index), head to tail (for tests and the invariant check).
+    pub(crate) fn walk(&self, l: usize) -> Vec<&'a Folio> {
         let mut out = Vec::new();
-        let mut at = self.lists.ends[lru as usize].head;
+        let mut at = self.lists.ends[l].head;
         while at != NIL {
             let f = self.folio(at);
             out.push(f);
@@ -243,44 +369,77 @@ impl<'a> LruGuard<'a> {
     }
 
     /// Checks the lists: links agree both ways, every folio is a head with `LRU` set and on the
-    /// list its flags name, and the frame counts add up. Returns the frames on each list.
-    pub(crate) fn check(&self) -> Result<[usize; NR_LRU_LISTS], String> {
-        let mut out = [0; NR_LRU_LISTS];
-        for lru in Lru::ALL {
+    /// list its flags name, the frame counts add up, and (multi-generational LRU) every
+    /// generation list that holds folios is a generation between its type's `min_seq` and
+    /// `max_seq`. Returns the frames on each list.
+    pub(crate) fn check(&self) -> Result<[usize; NR_LISTS], String> {
+        let mut out = [0; NR_LISTS];
+        for (l, counted) in out.iter_mut().enumerate() {
+            let name = list_name(l);
             let mut prev = NIL;
-            let mut at = self.lists.ends[lru as usize].head;
+            let mut at = self.lists.ends[l].head;
             let mut frames = 0;
             while at != NIL {
                 let f = self.folio(at);
                 let flags = f.flags();
                 if !f.is_head() || flags & LRU == 0 {
-                    return Err(format!("{}: frame {at} is not a listed folio", lru.name()));
+                    return Err(format!("{name}: frame {at} is not a listed folio"));
                 }
-                if Lru::of(flags) != lru {
+                if list_of(flags) != l {
                     return Err(format!(
-                        "{}: frame {at} belongs on {}",
-                        lru.name(),
-                        Lru::of(flags).name()
+                        "{name}: frame {at} belongs on {}",
+                        list_name(list_of(flags))
                     ));
                 }
                 if f.lru_prev.load(Ordering::Relaxed) != prev {
-                    return Err(format!("{}: frame {at} has a bad back link", lru.name()));
+                    return Err(format!("{name}: frame {at} has a bad back link"));
                 }
                 frames += f.nr_frames();
                 prev = at;
                 at = f.lru_next.load(Ordering::Relaxed);
             }
-            if self.lists.ends[lru as usize].tail != prev {
-                return Err(format!("{}: bad tail", lru.name()));
+            if self.lists.ends[l].tail != prev {
+                return Err(format!("{name}: bad tail"));
             }
-            if frames != self.lists.frames[lru as usize] {
+            if frames != self.lists.frames[l] {
                 return Err(format!(
-                    "{}: {frames} frames linked, {} counted",
-                    lru.name(),
-                    self.lists.frames[lru as usize]
+                    "{name}: {frames} frames linked, {} counted",
+                    self.lists.frames[l]
                 ));
             }
-            out[lru as usize] = frames;
+            *counted = frames;
+        }
+        let gen = &self.lists.gen;
+        if !gen.enabled {
+            if out[NR_LRU_LISTS..].iter().any(|&n| n > 0) {
+                return Err("generation lists used without the multi-generational LRU".into());
+            }
+            return Ok(out);
+        }
+        for type_ in 0..2 {
+            let (min, max) = (gen.min_seq[type_], gen.max_seq);
+            if max < min + 1 || max - min + 1 > MAX_NR_GENS as u64 {
+                return Err(format!(
+                    "type {type_}: min_seq {min} max_seq {max}: not 2..={MAX_NR_GENS} generations"
+                ));
+            }
+            for g in 0..MAX_NR_GENS {
+                let live = (min..=max).any(|seq| seq as usize % MAX_NR_GENS == g);
+                if !live && out[gen_list(type_, g)] > 0 {
+                    return Err(format!(
+                        "{}: holds folios but is outside min_seq {min}..=max_seq {max}",
+                        list_name(gen_list(type_, g))
+                    ));
+                }
+            }
+            for l in Lru::ALL {
+                if l != Lru::Unevictable && out[l as usize] > 0 {
+                    return Err(format!(
+                        "{}: classic list used under the multi-generational LRU",
+                        l.name()
+                    ));
+                }
+            }
         }
         Ok(out)
     }

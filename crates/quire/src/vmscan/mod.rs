@@ -48,6 +48,7 @@
 mod clock;
 mod kswapd;
 mod lru;
+pub mod lru_gen;
 mod reclaim;
 mod swap;
 pub mod workingset;
@@ -60,7 +61,8 @@ use std::time::Duration;
 
 pub use lru::{Lru, NR_LRU_LISTS};
 pub(crate) use lru::{LruGuard, Lruvec};
-pub use workingset::{pack_shadow, unpack_shadow, Refault};
+pub use lru_gen::LruGenStats;
+pub use workingset::{pack_gen_shadow, pack_shadow, unpack_gen_shadow, unpack_shadow, Refault};
 
 use crate::mem::folio::{Folio, FolioGuard, FRAME_SHIFT};
 use crate::stats::Counters;
@@ -70,8 +72,12 @@ use crate::xarray::{ListedNode, NodeList};
 /// Which reclaim a cache runs (rule 7 of docs/RULES.md: the "before" is a runtime switch).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ReclaimPolicy {
-    /// Active and inactive lists, batches, background reclaim (this module).
+    /// The multi-generational LRU ([`lru_gen`]): generations, tiers with refault feedback,
+    /// and (with `loop_protection`) adaptive insertion; batches and background reclaim as
+    /// [`ReclaimPolicy::Lru`].
     #[default]
+    MultiGen,
+    /// Active and inactive lists, batches, background reclaim (this module).
     Lru,
     /// The pre-LRU reclaim: a clock over the memmap, run by the allocating thread.
     Clock,
@@ -230,6 +236,7 @@ pub(crate) enum AnonFate {
 pub(crate) struct VmConfig {
     pub policy: ReclaimPolicy,
     pub workingset: bool,
+    pub loop_protection: bool,
     pub shadow_shrinker: bool,
     pub frames: usize,
     pub wait_policy: WaitPolicy,
@@ -240,6 +247,10 @@ pub(crate) struct VmConfig {
 pub(crate) struct Vmscan {
     policy: ReclaimPolicy,
     workingset: bool,
+    /// Loop protection's adaptive insertion (multi-generational LRU only).
+    loop_protection: bool,
+    /// The multi-generational LRU's refault feedback and set-dueling counter.
+    lru_gen: lru_gen::Feedback,
     shadow_shrinker: bool,
     max_shadow_nodes: usize,
     wmark: Watermarks,
@@ -263,15 +274,23 @@ pub(crate) struct Vmscan {
 
 impl Vmscan {
     pub(crate) fn new(c: VmConfig) -> Vmscan {
+        let multigen = c.policy == ReclaimPolicy::MultiGen;
+        let wmark = Watermarks::for_frames(c.frames);
         Vmscan {
             policy: c.policy,
             workingset: c.workingset,
+            loop_protection: c.loop_protection && multigen,
+            lru_gen: lru_gen::Feedback::default(),
             shadow_shrinker: c.shadow_shrinker,
             max_shadow_nodes: (c.frames / 16).max(1),
-            wmark: Watermarks::for_frames(c.frames),
+            wmark,
             wait_policy: c.wait_policy,
             alloc_timeout: c.alloc_timeout,
-            lruvec: Lruvec::new(),
+            lruvec: Lruvec::new(lru_gen::GenState::new(
+                multigen,
+                c.loop_protection && multigen,
+                wmark.high,
+            )),
             batches: swap::Batches::new(),
             nonresident_age: AtomicU64::new(0),
             refaults_snapshot: AtomicU64::new(0),
@@ -292,9 +311,29 @@ impl Vmscan {
         &self.shadow_nodes
     }
 
-    /// Frames on each list at the last change (lock-free).
+    /// Frames on each list at the last change (lock-free). Under the multi-generational LRU
+    /// the generations are shown as the kernel shows them in `/proc/meminfo`: the two youngest
+    /// as active, the older ones and probation as inactive.
     pub(crate) fn list_sizes(&self) -> [usize; NR_LRU_LISTS] {
-        Lru::ALL.map(|l| self.lruvec.size(l))
+        let mut out = Lru::ALL.map(|l| self.lruvec.size(l));
+        if self.multigen() {
+            let max = self.lru_gen.max_seq();
+            for type_ in [lru_gen::ANON_TYPE, lru_gen::FILE_TYPE] {
+                let (inactive, active) = if type_ == lru_gen::ANON_TYPE {
+                    (Lru::InactiveAnon, Lru::ActiveAnon)
+                } else {
+                    (Lru::InactiveFile, Lru::ActiveFile)
+                };
+                for g in 0..=lru_gen::MAX_NR_GENS {
+                    let n = self.lruvec.list_size(lru::gen_list(type_, g));
+                    let young = g < lru_gen::MAX_NR_GENS
+                        && (g as u64 == max % lru_gen::MAX_NR_GENS as u64
+                            || g as u64 == (max + 3) % lru_gen::MAX_NR_GENS as u64);
+                    out[if young { active } else { inactive } as usize] += n;
+                }
+            }
+        }
+        out
     }
 
     /// Starts the background reclaim thread (the LRU policy only); `target` does the work.
@@ -302,7 +341,7 @@ impl Vmscan {
         &self,
         target: std::sync::Weak<dyn kswapd::Balance>,
     ) -> std::io::Result<()> {
-        if self.policy == ReclaimPolicy::Lru {
+        if self.policy != ReclaimPolicy::Clock {
             self.kswapd.spawn(target)?;
         }
         Ok(())
@@ -317,10 +356,10 @@ impl Vmscan {
     ) -> Result<(), String> {
         let g = self.lruvec.lock(pool);
         g.check()?;
-        for lru in Lru::ALL {
-            for f in g.walk(lru) {
+        for l in 0..lru::NR_LISTS {
+            for f in g.walk(l) {
                 if !in_index(f) {
-                    return Err(format!("{f:?} is on {} but in no index", lru.name()));
+                    return Err(format!("{f:?} is on list {l} but in no index"));
                 }
             }
         }
@@ -355,6 +394,7 @@ pub mod model {
             Model(Vmscan::new(VmConfig {
                 policy: ReclaimPolicy::Lru,
                 workingset: true,
+                loop_protection: false,
                 shadow_shrinker: false,
                 frames,
                 wait_policy: crate::sync::bitwait::WaitPolicy::Exact,

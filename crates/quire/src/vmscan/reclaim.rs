@@ -156,7 +156,7 @@ impl Vmscan {
 
     /// Decides the fate of isolated inactive folios (see the module documentation); returns
     /// the frames freed.
-    fn shrink_folio_list(
+    pub(crate) fn shrink_folio_list(
         &self,
         pool: &FramePool,
         owners: &dyn Owners,
@@ -215,9 +215,12 @@ impl Vmscan {
             g.clear_referenced();
             if writeback || g.is_dirty() {
                 // The flusher writes it; when that ends it is rotated to the inactive tail.
-                // Meanwhile it waits on the active list, out of reclaim's way.
+                // Meanwhile it waits on the active list (a younger generation), out of
+                // reclaim's way.
                 g.set_reclaim();
-                g.set_active();
+                if !self.multigen() {
+                    g.set_active();
+                }
                 self.counters.add(Event::PgActivate, nr as u64);
                 if writeback {
                     sc.nr_writeback += nr;
@@ -455,6 +458,11 @@ impl Vmscan {
             self.shrink_shadow_nodes(owners, SHADOW_BATCH);
             return freed;
         }
+        if self.multigen() {
+            let freed = self.lru_gen_shrink(pool, owners, nr_to_reclaim);
+            self.shrink_shadow_nodes(owners, SHADOW_BATCH);
+            return freed;
+        }
         self.drain_all(pool);
         let activations = self.counters.get(Event::WorkingsetActivate);
         let refault_activated = activations
@@ -536,7 +544,7 @@ impl Vmscan {
         must: bool,
     ) -> Result<Option<FolioRef<'p>>, NoMemory> {
         let fast = match self.policy {
-            ReclaimPolicy::Lru => self.alloc_fast(pool, order),
+            ReclaimPolicy::Lru | ReclaimPolicy::MultiGen => self.alloc_fast(pool, order),
             ReclaimPolicy::Clock => pool.alloc(order),
         };
         if let Some(f) = fast {

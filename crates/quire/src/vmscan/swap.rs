@@ -51,7 +51,9 @@ use crossbeam_utils::CachePadded;
 
 use super::{LruGuard, ReclaimPolicy, Vmscan};
 use crate::mem::buddy::thread_number;
-use crate::mem::folio::{Folio, ACTIVE, HEAD, LRU, LRU_PENDING, REFERENCED, UNEVICTABLE};
+use crate::mem::folio::{
+    Folio, ACTIVE, HEAD, LRU, LRU_PENDING, REFERENCED, REFS_MASK, UNEVICTABLE, WORKINGSET,
+};
 use crate::mem::pool::FramePool;
 use crate::stats::Event;
 use crate::sync::loom::{Mutex, MutexGuard};
@@ -156,6 +158,11 @@ impl Vmscan {
     pub(crate) fn mark_accessed(&self, pool: &FramePool, folio: &Folio, flags: u64) {
         if flags & REFERENCED == 0 {
             folio.set_referenced();
+        } else if self.policy == ReclaimPolicy::MultiGen {
+            // Counted in the refs bits, then WORKINGSET; nothing to write once both are full.
+            if flags & (REFS_MASK | WORKINGSET) != REFS_MASK | WORKINGSET {
+                folio.inc_refs();
+            }
         } else if flags & (ACTIVE | UNEVICTABLE) == 0 && self.policy == ReclaimPolicy::Lru {
             self.activate_on_access(pool, folio);
         }
@@ -244,11 +251,11 @@ impl Vmscan {
                 f.clear_lru_pending();
                 // Removed by its owner since it was queued: it stays off the lists.
                 if flags & (HEAD | LRU) == HEAD && f.mapping() != 0 {
-                    g.add(f, false);
+                    g.add_new(f);
                 }
             }
             Op::Activate => {
-                if f.is_lru() && f.flags() & (ACTIVE | UNEVICTABLE) == 0 {
+                if f.is_lru() && f.flags() & (ACTIVE | UNEVICTABLE) == 0 && !self.multigen() {
                     g.del(f);
                     f.set_active();
                     g.add(f, false);
@@ -256,7 +263,10 @@ impl Vmscan {
                 }
             }
             Op::Rotate => {
-                if f.is_lru() && !f.is_unevictable() {
+                if f.is_lru() && !f.is_unevictable() && self.multigen() {
+                    self.lru_gen_rotate(g, f);
+                    self.counters.add(Event::PgRotated, nr);
+                } else if f.is_lru() && !f.is_unevictable() {
                     g.del(f);
                     f.clear_active();
                     g.add(f, true);

@@ -18,6 +18,15 @@
 //! | 0 | the folio was in the working set: `WORKINGSET` was set (it had been active) |
 //! | 1–60 | the non-resident age when it was evicted (modulo 2^60) |
 //!
+//! Under the multi-generational LRU ([`super::lru_gen`]) the shadow also keeps the folio's
+//! uses, for its tier:
+//!
+//! | bits | meaning |
+//! |---|---|
+//! | 0 | `WORKINGSET` was set |
+//! | 1–3 | uses beyond the first (0..=4) |
+//! | 4–60 | the non-resident age when it was evicted (modulo 2^57) |
+//!
 //! # Refaults
 //!
 //! When a folio is read in over a shadow, the *refault distance* is the age now minus the age
@@ -69,6 +78,28 @@ pub fn unpack_shadow(shadow: u64) -> (u64, bool) {
     ((shadow >> 1) & AGE_MASK, shadow & WORKINGSET_BIT != 0)
 }
 
+/// Bits of the non-resident age a multi-generational shadow keeps.
+const GEN_AGE_BITS: u32 = AGE_BITS - 3;
+/// The mask of those bits (refault distances are taken modulo it).
+pub(crate) const GEN_AGE_MASK: u64 = (1 << GEN_AGE_BITS) - 1;
+
+/// A multi-generational shadow: the age at eviction, the uses beyond the first (at most 7 are
+/// kept) and the working-set bit (the kernel's `lru_gen_eviction` token).
+#[inline]
+pub fn pack_gen_shadow(age: u64, uses: u64, workingset: bool) -> u64 {
+    ((age & GEN_AGE_MASK) << 4) | (uses.min(7) << 1) | u64::from(workingset)
+}
+
+/// The age at eviction, the uses and the working-set bit of a multi-generational shadow.
+#[inline]
+pub fn unpack_gen_shadow(shadow: u64) -> (u64, u64, bool) {
+    (
+        (shadow >> 4) & GEN_AGE_MASK,
+        (shadow >> 1) & 7,
+        shadow & WORKINGSET_BIT != 0,
+    )
+}
+
 /// What a refault came to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Refault {
@@ -96,6 +127,9 @@ impl Vmscan {
     /// The shadow to leave for `folio`, which is being evicted now; advances the age. The
     /// kernel's `workingset_eviction`.
     pub(crate) fn workingset_eviction(&self, folio: &Folio) -> u64 {
+        if self.multigen() {
+            return self.lru_gen_eviction(folio);
+        }
         let age = self
             .nonresident_age
             .fetch_add(folio.nr_frames() as u64, Ordering::Relaxed);
@@ -115,6 +149,9 @@ impl Vmscan {
     /// `ACTIVE` and `WORKINGSET` so that it is added to the active list. The kernel's
     /// `workingset_refault`.
     pub(crate) fn workingset_refault(&self, folio: &Folio, shadow: u64) -> Refault {
+        if self.multigen() {
+            return self.lru_gen_refault(folio, shadow);
+        }
         let nr = folio.nr_frames() as u64;
         let (evicted, was_workingset) = unpack_shadow(shadow);
         let distance = self.nonresident_age().wrapping_sub(evicted) & AGE_MASK;
@@ -186,5 +223,25 @@ mod tests {
         // The age wraps; a shadow always fits the index's 63-bit values.
         assert_eq!(unpack_shadow(pack_shadow(AGE_MASK + 5, false)).0, 4);
         assert!(pack_shadow(u64::MAX, true) <= crate::xarray::MAX_VALUE);
+    }
+
+    #[test]
+    fn gen_shadows_round_trip() {
+        for (age, uses, ws) in [
+            (0, 0, false),
+            (1, 4, true),
+            (GEN_AGE_MASK, 7, true),
+            (99, 2, false),
+        ] {
+            assert_eq!(
+                unpack_gen_shadow(pack_gen_shadow(age, uses, ws)),
+                (age, uses, ws)
+            );
+        }
+        assert_eq!(
+            unpack_gen_shadow(pack_gen_shadow(GEN_AGE_MASK + 3, 9, false)),
+            (2, 7, false)
+        );
+        assert!(pack_gen_shadow(u64::MAX, 7, true) <= crate::xarray::MAX_VALUE);
     }
 }

@@ -1,0 +1,695 @@
+//! The multi-generational LRU, after the kernel's `lru_gen` (mm/vmscan.c, mm/workingset.c,
+//! Documentation/mm/multigen_lru.rst): generations instead of two lists, tiers by how often a
+//! folio was used through file descriptors, a feedback loop on refaults that decides which tiers
+//! reclaim protects — and, quire's own addition, *loop protection*: adaptive insertion that keeps
+//! a resident share of a loop larger than the cache.
+//!
+//! # Generations
+//!
+//! Each type (anonymous, file) has generations numbered by a sequence: `min_seq[type]` is the
+//! oldest, `max_seq` (shared) the youngest; between 2 ([`MIN_NR_GENS`]) and 4 ([`MAX_NR_GENS`])
+//! are live at once. Generation `seq` lives on the list `seq % MAX_NR_GENS` of its type, and a
+//! folio's flag word names its generation (bits 21–23, generation + 1), so that unlinking finds
+//! the list. Sequence numbers change only under the LRU lock.
+//!
+//! | event | what happens | kernel |
+//! |---|---|---|
+//! | a new folio is added | to `min_seq + 1` (to `min_seq` while only two generations live); an anonymous folio, or one dirty and waiting for write-back, to `max_seq - 1`; one judged part of the working set at refault to `max_seq` | `lru_gen_add_folio` |
+//! | a use through a file descriptor | the first sets `REFERENCED`, each later one counts in the refs bits (up to 3, then `WORKINGSET`): one flag update, no lock, no list move | `folio_inc_refs` |
+//! | a use through a mapping | seen by reclaim when it unmaps the folio: moved to `max_seq` | `lru_gen_look_around` |
+//! | aging | when only two generations are live, or the youngest holds more than a quarter of the type: `max_seq + 1`, a new empty youngest generation | `inc_max_seq` |
+//! | eviction | from the tail of `min_seq`; when its list is empty and more than two generations live, `min_seq + 1` | `evict_folios`, `inc_min_seq` |
+//!
+//! # Tiers and the refault feedback
+//!
+//! A folio's *tier* is `ceil(log2(n + 1))` of its uses beyond the first, `n` = refs + (1 if
+//! `WORKINGSET`): tier 0 used once, tier 1 twice, tier 2 three or four times, tier 3 five times
+//! or more. Per type and tier, reclaim counts the folios it *evicted*, the ones it *protected*,
+//! and the *refaults* — a folio read again over a shadow whose refault distance is within the
+//! type's resident frames, charged to the tier the shadow recorded. The feedback loop (the
+//! kernel's PID controller, proportional term with a decaying history: at each `min_seq`
+//! increment the averages become the mean of the old average and the period's counts) compares
+//! each tier's refault rate with tier 0's: the tiers from the first one that refaults more than
+//! tier 0 (by the gain ratio 3:2) upwards are *protected*. A protected folio at the oldest tail is
+//! moved to `min_seq + 1` instead of being evicted, and its uses are halved (`refs` halved,
+//! `REFERENCED` and `WORKINGSET` cleared), so that it must go on being used to stay (quire's;
+//! the kernel of 6.1 keeps the refs bits): protection follows frequency *and* recency.
+//!
+//! # Shadows
+//!
+//! An evicted folio leaves `(age, n, workingset)` in its slot: the non-resident age as the
+//! classic LRU's ([`super::workingset`]), the uses beyond the first (3 bits) and the
+//! `WORKINGSET` bit. A refault restores the uses, so the folio comes back in the tier it left, and
+//! if that tier is protected now it goes to the youngest generation (`ACTIVE` before the add).
+//!
+//! # Loop protection (the refault admission test)
+//!
+//! A loop over more pages than the cache holds is LRU's worst case: every folio is evicted just
+//! before its next use, and generations, tiers and refault distances do not change that (every
+//! folio is used once per pass, every refault is "recent"). The optimum keeps a fixed share of
+//! the loop resident. LIRS and CLOCK-Pro get there by letting a refaulting page displace a
+//! resident one only if it was used more recently than the coldest resident page; quire asks the
+//! same question of the resident folio that would be evicted next, the tail of the oldest file
+//! generation, with the only recency a hit leaves behind, `REFERENCED`:
+//!
+//! - a folio read in for the first time, or over a shadow too old to matter (refault distance
+//!   beyond the type's resident frames), is added normally: it has no claim either way, and a
+//!   working set that moves on must be let in (recency first, as LRU);
+//! - a *recent* refault (the kernel's `workingset_refault` would call it part of the working
+//!   set) whose tier is not protected is a *candidate*. When it is added (under the LRU lock),
+//!   if the oldest tail was used since reclaim last looked (`REFERENCED`), the residents are in
+//!   use: the candidate goes to its type's *probation* list, and the tail has its bit cleared and
+//!   moves up a generation (a clock hand that advances one folio per rejection, so a resident
+//!   that stops being used loses its claim within one sweep). If the tail is idle, the candidate
+//!   is added normally and will displace it.
+//!
+//! Reclaim empties the probation list before it looks at the generations. On a probation
+//! folio's turn: one used again since it was added moves to `min_seq + 1` (it proved a reuse
+//! shorter than its stay); one not used at all yet (readahead its reader has not reached) gets
+//! one more turn; the rest are evicted. On a loop the residents are all used once per pass, so
+//! every refault is turned away and the resident share stays — the optimum's behaviour; where the
+//! working set changes, its new folios come in as first reads (added normally), and an old
+//! working set that comes back is let in once the hand has found the residents idle.
+//! Switched off (`CacheConfig::loop_protection`), every folio is added normally.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::lru::{gen_list, LruGuard, NR_GEN_LISTS};
+use super::reclaim::{ScanControl, SWAP_CLUSTER_MAX};
+use super::{Owners, Vmscan};
+use crate::mem::folio::{
+    Folio, FolioRef, ACTIVE, ANON, DIRTY, MAX_REFS, RECLAIM, REFERENCED, REFS_MASK, REFS_SHIFT,
+    SWAPCACHE, WORKINGSET, WRITEBACK,
+};
+use crate::mem::pool::FramePool;
+use crate::stats::Event;
+
+/// Generations live per type at most (the kernel's `MAX_NR_GENS`).
+pub const MAX_NR_GENS: usize = 4;
+/// Generations live per type at least (the kernel's `MIN_NR_GENS`).
+pub const MIN_NR_GENS: u64 = 2;
+/// Tiers (the kernel's `MAX_NR_TIERS`).
+pub const MAX_NR_TIERS: usize = 4;
+/// Below this many refaults a tier's rate is not trusted (the kernel's `MIN_LRU_BATCH`).
+const MIN_LRU_BATCH: u64 = 64;
+/// Probation is taken from first only while it holds more than 1/this of its type's frames.
+const PROBATION_FLOOR_DIV: usize = 16;
+/// The generation bits' value of a folio on its type's probation list.
+pub(crate) const PROBATION_GEN: usize = MAX_NR_GENS;
+/// The anonymous type.
+pub const ANON_TYPE: usize = 0;
+/// The file type.
+pub const FILE_TYPE: usize = 1;
+
+/// The type of a folio with these flags.
+#[inline]
+pub(crate) fn type_of(flags: u64) -> usize {
+    if flags & ANON != 0 {
+        ANON_TYPE
+    } else {
+        FILE_TYPE
+    }
+}
+
+/// The uses beyond the first that `flags` record: refs, plus one for `WORKINGSET` (0..=4).
+#[inline]
+pub(crate) fn uses_of(flags: u64) -> u64 {
+    ((flags & REFS_MASK) >> REFS_SHIFT) + u64::from(flags & WORKINGSET != 0)
+}
+
+/// The tier of `n` uses beyond the first: `ceil(log2(n + 1))` (the kernel's
+/// `lru_tier_from_refs`).
+#[inline]
+pub fn tier_of_uses(n: u64) -> usize {
+    // ceil(log2(n + 1)) is the bit length of n.
+    ((64 - n.leading_zeros()) as usize).min(MAX_NR_TIERS - 1)
+}
+
+/// The sequence numbers, under the LRU lock (in [`super::lru::Lists`]).
+#[derive(Debug)]
+pub(crate) struct GenState {
+    /// Whether folios are kept in generations at all.
+    pub enabled: bool,
+    /// The youngest generation.
+    pub max_seq: u64,
+    /// The oldest generation of each type.
+    pub min_seq: [u64; 2],
+    /// Candidates (recent refaults) the loop protection turned away to probation.
+    pub rejected: u64,
+    /// Candidates it let in.
+    pub admitted: u64,
+    /// Whether the loop protection is on.
+    pub loop_protection: bool,
+    /// The high watermark: at or below it in free frames, the cache is full and first reads
+    /// go to probation.
+    pub high: usize,
+}
+
+impl GenState {
+    pub(crate) fn new(enabled: bool, loop_protection: bool, high: usize) -> GenState {
+        GenState {
+            enabled,
+            loop_protection,
+            high,
+            max_seq: MIN_NR_GENS - 1,
+            min_seq: [0; 2],
+            rejected: 0,
+            admitted: 0,
+        }
+    }
+
+    /// How many generations of `type_` are live.
+    pub(crate) fn nr_gens(&self, type_: usize) -> u64 {
+        self.max_seq - self.min_seq[type_] + 1
+    }
+
+    /// The generation (list number within the type) a folio that has none goes to; clears
+    /// `ACTIVE`, which only says where it goes. The kernel's `lru_gen_add_folio`.
+    #[doc(alias = "lru_gen_add_folio")]
+    pub(crate) fn gen_for_add(&self, folio: &Folio) -> usize {
+        let flags = folio.flags();
+        let type_ = type_of(flags);
+        let min = self.min_seq[type_];
+        let seq = if flags & ACTIVE != 0 {
+            folio.clear_active();
+            self.max_seq
+        } else if (type_ == ANON_TYPE && flags & SWAPCACHE == 0)
+            || (flags & RECLAIM != 0 && flags & (DIRTY | WRITEBACK) != 0)
+        {
+            self.max_seq - 1
+        } else if min + MIN_NR_GENS > self.max_seq {
+            min
+        } else {
+            min + 1
+        };
+        (seq % MAX_NR_GENS as u64) as usize
+    }
+}
+
+/// The refault feedback and the loop protection's counters, lock-free (refaults are counted
+/// outside the LRU lock). Per type and tier.
+#[derive(Debug, Default)]
+pub(crate) struct Feedback {
+    refaulted: [[AtomicU64; MAX_NR_TIERS]; 2],
+    evicted: [[AtomicU64; MAX_NR_TIERS]; 2],
+    protected: [[AtomicU64; MAX_NR_TIERS]; 2],
+    avg_refaulted: [[AtomicU64; MAX_NR_TIERS]; 2],
+    avg_total: [[AtomicU64; MAX_NR_TIERS]; 2],
+    /// `max_seq` and `min_seq` as last set (for lock-free readers).
+    max_seq: AtomicU64,
+    min_seq: [AtomicU64; 2],
+}
+
+/// One tier's position for the controller (the kernel's `ctrl_pos`).
+#[derive(Clone, Copy, Debug)]
+struct Pos {
+    refaulted: u64,
+    total: u64,
+    gain: u64,
+}
+
+/// Whether `pv` refaults no more than the set point `sp` (scaled by their gains): such a tier
+/// is not worth protecting. The kernel's `positive_ctrl_err`.
+fn positive_ctrl_err(sp: Pos, pv: Pos) -> bool {
+    pv.refaulted < MIN_LRU_BATCH
+        || pv.refaulted * (sp.total + MIN_LRU_BATCH) * sp.gain
+            <= (sp.refaulted + 1) * pv.total * pv.gain
+}
+
+/// The multi-generational LRU's state as `stats()` shows it (the kernel's debugfs `lru_gen`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LruGenStats {
+    /// The youngest generation.
+    pub max_seq: u64,
+    /// The oldest generation of each type (anonymous, file).
+    pub min_seq: [u64; 2],
+    /// Every live generation, oldest first: `(seq, anonymous frames, file frames)`.
+    pub gens: Vec<(u64, usize, usize)>,
+    /// Frames on each type's probation list (loop protection).
+    pub probation: [usize; 2],
+    /// Per type and tier: refaults counted (average plus this period).
+    pub refaulted: [[u64; MAX_NR_TIERS]; 2],
+    /// Per type and tier: folios evicted (average plus this period, with the protected).
+    pub total: [[u64; MAX_NR_TIERS]; 2],
+    /// Per type: the tiers above this one are protected.
+    pub tier_idx: [usize; 2],
+    /// Recent refaults the loop protection turned away to probation.
+    pub rejected: u64,
+    /// Recent refaults the loop protection let in (the oldest resident was idle).
+    pub admitted: u64,
+}
+
+impl Feedback {
+    fn pos(&self, type_: usize, tier: usize, gain: u64) -> Pos {
+        let r = Ordering::Relaxed;
+        let mut total = self.avg_total[type_][tier].load(r) + self.evicted[type_][tier].load(r);
+        total += self.protected[type_][tier].load(r);
+        Pos {
+            refaulted: self.avg_refaulted[type_][tier].load(r)
+                + self.refaulted[type_][tier].load(r),
+            total,
+            gain,
+        }
+    }
+
+    /// The highest tier not protected: tiers above it are (the kernel's `get_tier_idx`).
+    pub(crate) fn tier_idx(&self, type_: usize) -> usize {
+        // A margin for fluctuations: a tier is protected once it refaults more than twice as
+        // often as tier 0 (the kernel's gains, 1:2).
+        let sp = self.pos(type_, 0, 1);
+        for tier in 1..MAX_NR_TIERS {
+            let pv = self.pos(type_, tier, 2);
+            if !positive_ctrl_err(sp, pv) {
+                return tier - 1;
+            }
+        }
+        MAX_NR_TIERS - 1
+    }
+
+    /// A new period after `min_seq` of `type_` advanced: the averages take in the period's
+    /// counts, which start again from 0 (the kernel's `reset_ctrl_pos` with carryover).
+    fn reset(&self, type_: usize) {
+        let r = Ordering::Relaxed;
+        for tier in 0..MAX_NR_TIERS {
+            let refaulted = self.refaulted[type_][tier].swap(0, r);
+            let total =
+                self.evicted[type_][tier].swap(0, r) + self.protected[type_][tier].swap(0, r);
+            let avg = &self.avg_refaulted[type_][tier];
+            avg.store((avg.load(r) + refaulted) / 2, r);
+            let avg = &self.avg_total[type_][tier];
+            avg.store((avg.load(r) + total) / 2, r);
+        }
+    }
+
+    fn publish(&self, g: &GenState) {
+        self.max_seq.store(g.max_seq, Ordering::Relaxed);
+        for t in 0..2 {
+            self.min_seq[t].store(g.min_seq[t], Ordering::Relaxed);
+        }
+    }
+
+    /// `max_seq` as last set.
+    pub(crate) fn max_seq(&self) -> u64 {
+        self.max_seq.load(Ordering::Relaxed)
+    }
+}
+
+impl Vmscan {
+    /// Whether this cache keeps folios in generations.
+    #[inline]
+    pub(crate) fn multigen(&self) -> bool {
+        self.policy == super::ReclaimPolicy::MultiGen
+    }
+
+    /// The loop protection's admission test for a candidate (a recent refault, `PROBATION` set
+    /// by [`Vmscan::lru_gen_refault`]) being added under the LRU lock: whether it goes to
+    /// probation. Looks at the tail of the type's oldest generation: used since reclaim last
+    /// looked, it keeps its place (its bit cleared, moved up a generation) and the candidate
+    /// waits on probation; idle, the candidate is added normally.
+    pub(crate) fn lru_gen_admit(g: &mut LruGuard<'_>, folio: &Folio) -> bool {
+        let type_ = type_of(folio.flags());
+        let min = g.lists.gen.min_seq[type_];
+        let oldest = gen_list(type_, (min % MAX_NR_GENS as u64) as usize);
+        let busy = g.tail_of(oldest).filter(|v| v.clear_referenced());
+        let Some(v) = busy else {
+            g.lists.gen.admitted += 1;
+            return false;
+        };
+        g.lists.gen.rejected += 1;
+        let next = ((min + 1) % MAX_NR_GENS as u64) as usize;
+        if g.lists.gen.nr_gens(type_) > 1 {
+            g.move_to_gen(v, next, false);
+        }
+        true
+    }
+
+    /// The shadow to leave for `folio`, evicted now: the age, its uses beyond the first and
+    /// `WORKINGSET`; counts the eviction for its tier. The kernel's `lru_gen_eviction`.
+    pub(crate) fn lru_gen_eviction(&self, folio: &Folio) -> u64 {
+        let flags = folio.flags();
+        let nr = folio.nr_frames() as u64;
+        let n = uses_of(flags);
+        self.lru_gen.evicted[type_of(flags)][tier_of_uses(n)].fetch_add(nr, Ordering::Relaxed);
+        let age = self.nonresident_age.fetch_add(nr, Ordering::Relaxed);
+        self.counters.add(Event::Evictions, nr);
+        super::workingset::pack_gen_shadow(age, n, flags & WORKINGSET != 0)
+    }
+
+    /// `folio`, not yet on any list, is read in over `shadow`: counts the refault for the tier
+    /// it was evicted from if its refault distance is within the type's resident frames,
+    /// restores its uses, sends it to the youngest generation if that tier is protected now,
+    /// and moves the set-dueling counter if its slot is a leader. The kernel's
+    /// `lru_gen_refault`.
+    pub(crate) fn lru_gen_refault(&self, folio: &Folio, shadow: u64) -> super::Refault {
+        let nr = folio.nr_frames() as u64;
+        let (evicted, n, workingset) = super::workingset::unpack_gen_shadow(shadow);
+        let distance =
+            self.nonresident_age().wrapping_sub(evicted) & super::workingset::GEN_AGE_MASK;
+        self.counters.add(Event::WorkingsetRefault, nr);
+        let type_ = type_of(folio.flags());
+        let tier = tier_of_uses(n);
+        let mut r = super::Refault {
+            distance,
+            activated: false,
+            restored: false,
+        };
+        if self.loop_protection {
+            folio.set_refaulted();
+        }
+        if distance > self.type_frames(type_) as u64 {
+            return r;
+        }
+        self.lru_gen.refaulted[type_][tier].fetch_add(nr, Ordering::Relaxed);
+        folio.set_refs(n.min(MAX_REFS));
+        if workingset || n > MAX_REFS {
+            folio.set_workingset();
+        }
+        if tier == 0 || tier <= self.lru_gen.tier_idx(type_) {
+            if self.loop_protection && n == 0 {
+                // A candidate for the admission test when it is added.
+                folio.set_probation();
+            }
+        } else {
+            folio.set_active();
+            self.workingset_activation(nr as usize);
+            self.counters.add(Event::WorkingsetActivate, nr);
+            r.activated = true;
+            if workingset {
+                self.counters.add(Event::WorkingsetRestore, nr);
+                r.restored = true;
+            }
+        }
+        r
+    }
+
+    /// Frames of `type_` on generation and probation lists (lock-free, as last published).
+    pub(crate) fn type_frames(&self, type_: usize) -> usize {
+        (0..=MAX_NR_GENS)
+            .map(|g| self.lruvec.list_size(gen_list(type_, g)))
+            .sum()
+    }
+
+    /// A new youngest generation: first makes room if a type already has [`MAX_NR_GENS`]
+    /// (its oldest generation's folios join the next one, at its tail, keeping their order).
+    /// The kernel's `inc_max_seq`.
+    fn inc_max_seq(&self, g: &mut LruGuard<'_>) {
+        for type_ in 0..2 {
+            if g.lists.gen.nr_gens(type_) == MAX_NR_GENS as u64 {
+                let min = g.lists.gen.min_seq[type_];
+                let from = gen_list(type_, (min % MAX_NR_GENS as u64) as usize);
+                let to = ((min + 1) % MAX_NR_GENS as u64) as usize;
+                while let Some(f) = g.tail_of(from) {
+                    // Oldest first to the next generation's tail: the order is kept.
+                    g.unlink(f);
+                    f.set_gen_bits(to as u64 + 1);
+                    g.link(f, gen_list(type_, to), false);
+                }
+                self.inc_min_seq(g, type_);
+            }
+        }
+        g.lists.gen.max_seq += 1;
+        self.lru_gen.publish(&g.lists.gen);
+    }
+
+    /// `min_seq` of `type_` advances past its (empty) oldest generation; a new feedback period.
+    fn inc_min_seq(&self, g: &mut LruGuard<'_>, type_: usize) {
+        let min = g.lists.gen.min_seq[type_];
+        debug_assert_eq!(
+            g.frames_of(gen_list(type_, (min % MAX_NR_GENS as u64) as usize)),
+            0
+        );
+        g.lists.gen.min_seq[type_] = min + 1;
+        self.lru_gen.reset(type_);
+        self.lru_gen.publish(&g.lists.gen);
+    }
+
+    /// Gets the generations of `type_` ready for eviction: `min_seq` past empty oldest
+    /// generations, and a new youngest generation when only two are live or the youngest holds
+    /// more than a quarter of the type. Returns the list to evict from, `None` when the type
+    /// holds nothing.
+    fn ready_oldest(&self, g: &mut LruGuard<'_>, type_: usize) -> Option<usize> {
+        let total: usize = (0..MAX_NR_GENS)
+            .map(|i| g.frames_of(gen_list(type_, i)))
+            .sum();
+        if total == 0 {
+            return None;
+        }
+        loop {
+            let gs = &g.lists.gen;
+            let min = gs.min_seq[type_];
+            let oldest = gen_list(type_, (min % MAX_NR_GENS as u64) as usize);
+            if g.frames_of(oldest) > 0 {
+                let young =
+                    g.frames_of(gen_list(type_, (gs.max_seq % MAX_NR_GENS as u64) as usize));
+                if gs.nr_gens(type_) == MIN_NR_GENS
+                    || (young * 4 > total && gs.nr_gens(type_) < MAX_NR_GENS as u64)
+                {
+                    // (The other type makes room if it has the most generations: see
+                    // inc_max_seq.)
+                    self.inc_max_seq(g);
+                }
+                return Some(oldest);
+            }
+            if g.lists.gen.nr_gens(type_) > MIN_NR_GENS {
+                self.inc_min_seq(g, type_);
+            } else {
+                self.inc_max_seq(g);
+            }
+        }
+    }
+
+    /// Takes folios to evict from `type_`: first from its probation list, then from the tail
+    /// of its oldest generation, protecting tiers the feedback says refault more than tier 0,
+    /// moving dirty folios and folios under write-back on (with `RECLAIM`), until `nr` frames
+    /// are taken or `budget` frames were looked at. The kernel's `scan_folios` / `sort_folio`.
+    #[doc(alias = "scan_folios")]
+    #[doc(alias = "sort_folio")]
+    fn lru_gen_isolate<'p>(
+        &self,
+        pool: &'p FramePool,
+        type_: usize,
+        nr: usize,
+        budget: &mut usize,
+        sc: &mut ScanControl,
+    ) -> Vec<FolioRef<'p>> {
+        let tier_idx = self.lru_gen.tier_idx(type_);
+        let mut out = Vec::new();
+        let mut g = self.lruvec.lock(pool);
+        let mut taken = 0;
+        let probation = gen_list(type_, PROBATION_GEN);
+        while taken < nr && *budget > 0 {
+            // Probation goes first while it holds more than its floor, the frames a folio
+            // needs to stay for its reuse to be seen (see the module documentation).
+            let on_probation = g.frames_of(probation);
+            let from_probation = on_probation > 0
+                && on_probation * PROBATION_FLOOR_DIV
+                    > (0..=MAX_NR_GENS)
+                        .map(|i| g.frames_of(gen_list(type_, i)))
+                        .sum::<usize>();
+            let list = if from_probation {
+                probation
+            } else {
+                match self.ready_oldest(&mut g, type_) {
+                    Some(l) => l,
+                    None => break,
+                }
+            };
+            let Some(f) = g.tail_of(list) else { break };
+            let n = f.nr_frames();
+            *budget = budget.saturating_sub(n);
+            let flags = f.flags();
+            let next = {
+                let gs = &g.lists.gen;
+                ((gs.min_seq[type_] + 1) % MAX_NR_GENS as u64) as usize
+            };
+            if from_probation {
+                if flags & REFERENCED == 0 {
+                    // Not used yet (readahead ahead of its reader, in a cache too small for
+                    // its window): it joins the generations as a plain new folio would.
+                    g.move_to_gen(f, next, false);
+                    continue;
+                }
+                if uses_of(flags) > 0 {
+                    // Used again while on probation: it joins the generations.
+                    g.move_to_gen(f, next, false);
+                    self.counters.add(Event::PgActivate, n as u64);
+                    continue;
+                }
+            } else {
+                let uses = uses_of(flags);
+                let tier = tier_of_uses(uses);
+                if tier > tier_idx || uses == MAX_REFS + 1 {
+                    self.lru_gen.protected[type_][tier].fetch_add(n as u64, Ordering::Relaxed);
+                    // Protected: a generation younger, its count started over.
+                    f.set_refs(0);
+                    f.clear_workingset();
+                    f.clear_referenced();
+                    g.move_to_gen(f, next, false);
+                    continue;
+                }
+            }
+            if type_ == FILE_TYPE && flags & (DIRTY | WRITEBACK) != 0 {
+                // The flusher writes it; its write-back end rotates it to the oldest tail.
+                f.set_reclaim();
+                g.move_to_gen(f, next, false);
+                self.counters.add(Event::PgActivate, n as u64);
+                if flags & WRITEBACK != 0 {
+                    sc.nr_writeback += n;
+                } else {
+                    sc.nr_dirty += n;
+                }
+                continue;
+            }
+            if !f.try_get() {
+                // Frozen (changed in place right now): leave it for the next round.
+                g.move_to_gen(f, next, false);
+                continue;
+            }
+            g.del(f);
+            taken += n;
+            // SAFETY: `try_get` just gave us a counted reference on this descriptor of `pool`.
+            out.push(unsafe { pool.ref_from_raw(std::ptr::NonNull::from(f)) });
+        }
+        out
+    }
+
+    /// Moves the folio (on a generation list, a rotation after write-back that reclaim
+    /// waited for) to the tail of its type's oldest generation, to be evicted next.
+    pub(crate) fn lru_gen_rotate(&self, g: &mut LruGuard<'_>, f: &Folio) {
+        let type_ = type_of(f.flags());
+        let min = g.lists.gen.min_seq[type_];
+        g.move_to_gen(f, (min % MAX_NR_GENS as u64) as usize, true);
+    }
+
+    /// One round of reclaim under the multi-generational LRU wanting `nr_to_reclaim` frames:
+    /// evicts from the type whose oldest generation is older (file on a tie; anonymous only
+    /// when the owners can swap), `SWAP_CLUSTER_MAX` frames at a time, until it has what it
+    /// wants or has looked at twice the frames on the lists. The kernel's
+    /// `lru_gen_shrink_lruvec` / `try_to_shrink_lruvec`.
+    #[doc(alias = "lru_gen_shrink_lruvec")]
+    pub(crate) fn lru_gen_shrink(
+        &self,
+        pool: &FramePool,
+        owners: &dyn Owners,
+        nr_to_reclaim: usize,
+    ) -> usize {
+        self.drain_all(pool);
+        let swap = owners.can_swap();
+        let mut sc = ScanControl {
+            nr_to_reclaim,
+            ..ScanControl::default()
+        };
+        let mut budget = 2
+            * (self.type_frames(FILE_TYPE) + if swap { self.type_frames(ANON_TYPE) } else { 0 })
+            + SWAP_CLUSTER_MAX;
+        let mut empty = [false; 2];
+        while sc.nr_reclaimed < nr_to_reclaim && budget > 0 {
+            let mut type_ = FILE_TYPE;
+            if swap && !empty[ANON_TYPE] {
+                let min = self.lru_gen.min_seq[ANON_TYPE].load(Ordering::Relaxed);
+                let fmin = self.lru_gen.min_seq[FILE_TYPE].load(Ordering::Relaxed);
+                if empty[FILE_TYPE] || min < fmin {
+                    type_ = ANON_TYPE;
+                }
+            }
+            if empty[type_] {
+                break;
+            }
+            let dirty_before = sc.nr_dirty;
+            let before = budget;
+            let folios = self.lru_gen_isolate(pool, type_, SWAP_CLUSTER_MAX, &mut budget, &mut sc);
+            if folios.is_empty() && budget == before {
+                empty[type_] = true;
+                continue;
+            }
+            let scanned: usize = folios.iter().map(|f| f.nr_frames()).sum();
+            self.counters.add(Event::PgScan, scanned as u64);
+            sc.nr_scanned += scanned;
+            sc.nr_reclaimed += self.shrink_folio_list(pool, owners, folios, &mut sc);
+            if sc.nr_dirty > dirty_before {
+                owners.wake_flusher();
+            }
+        }
+        sc.nr_reclaimed
+    }
+
+    /// The multi-generational LRU's state for `stats()`; `None` under the other policies.
+    pub(crate) fn lru_gen_stats(&self, pool: &FramePool) -> Option<LruGenStats> {
+        if !self.multigen() {
+            return None;
+        }
+        let g = self.lruvec.lock(pool);
+        let gs = &g.lists.gen;
+        let oldest = gs.min_seq[0].min(gs.min_seq[1]);
+        let gens = (oldest..=gs.max_seq)
+            .map(|seq| {
+                let i = (seq % MAX_NR_GENS as u64) as usize;
+                let frames = |t: usize| {
+                    if seq >= gs.min_seq[t] {
+                        g.frames_of(gen_list(t, i))
+                    } else {
+                        0
+                    }
+                };
+                (seq, frames(ANON_TYPE), frames(FILE_TYPE))
+            })
+            .collect();
+        let mut s = LruGenStats {
+            max_seq: gs.max_seq,
+            min_seq: gs.min_seq,
+            gens,
+            probation: [
+                g.frames_of(gen_list(ANON_TYPE, PROBATION_GEN)),
+                g.frames_of(gen_list(FILE_TYPE, PROBATION_GEN)),
+            ],
+            rejected: gs.rejected,
+            admitted: gs.admitted,
+            ..LruGenStats::default()
+        };
+        drop(g);
+        for t in 0..2 {
+            for tier in 0..MAX_NR_TIERS {
+                let p = self.lru_gen.pos(t, tier, 1);
+                s.refaulted[t][tier] = p.refaulted;
+                s.total[t][tier] = p.total;
+            }
+            s.tier_idx[t] = self.lru_gen.tier_idx(t);
+        }
+        Some(s)
+    }
+}
+
+const _: () = assert!(NR_GEN_LISTS == 2 * (MAX_NR_GENS + 1));
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tiers_follow_the_kernel() {
+        // order_base_2(n + 1): 0 → 0, 1 → 1, 2..=3 → 2, 4.. → 3.
+        let want = [0, 1, 2, 2, 3, 3, 3, 3, 3];
+        for (n, &t) in want.iter().enumerate() {
+            assert_eq!(tier_of_uses(n as u64), t, "uses {n}");
+        }
+    }
+
+    #[test]
+    fn a_tier_refaulting_more_than_tier_0_is_protected() {
+        let f = Feedback::default();
+        let r = Ordering::Relaxed;
+        // Tier 0: 1000 evicted, 100 refaulted; tier 2: 200 evicted, 150 refaulted.
+        f.evicted[FILE_TYPE][0].store(1000, r);
+        f.refaulted[FILE_TYPE][0].store(100, r);
+        f.evicted[FILE_TYPE][2].store(200, r);
+        f.refaulted[FILE_TYPE][2].store(150, r);
+        assert_eq!(f.tier_idx(FILE_TYPE), 1, "tier 2 and up protected");
+        // Tier 2 refaulting like tier 0: nothing protected.
+        f.refaulted[FILE_TYPE][2].store(20, r);
+        assert_eq!(f.tier_idx(FILE_TYPE), MAX_NR_TIERS - 1);
+        // The history decays: after a reset the averages hold half.
+        f.reset(FILE_TYPE);
+        assert_eq!(f.avg_total[FILE_TYPE][0].load(r), 500);
+        assert_eq!(f.evicted[FILE_TYPE][0].load(r), 0);
+    }
+}
