@@ -85,6 +85,8 @@ fn dirty_folios_at_the_tail_are_written_by_the_flusher_rotated_and_reclaimed_nex
     cfg.max_folio_order = 0;
     cfg.readahead_max = 0;
     cfg.io_threads = 0;
+    // The classic lists' parking and rotation (the multi-generational LRU's: vmscan_lru_gen.rs).
+    cfg.reclaim = ReclaimPolicy::Lru;
     let cache = PageCache::new(cfg).unwrap();
     let store = Arc::new(Gated {
         inner: MemStore::new(),

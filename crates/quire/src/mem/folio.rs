@@ -851,6 +851,22 @@ impl Folio {
     pub fn model_seq_bump(&self) {
         self.seq_bump()
     }
+    /// Broken: [`Folio::inc_refs`] as a load and a store instead of one read-modify-write —
+    /// a generation move by reclaim in between is undone.
+    pub fn broken_inc_refs(&self) {
+        let f = self.flags.load(Ordering::Relaxed);
+        let refs = (f & REFS_MASK) >> REFS_SHIFT;
+        if refs < MAX_REFS {
+            self.flags.store(
+                (f & !REFS_MASK) | ((refs + 1) << REFS_SHIFT),
+                Ordering::Relaxed,
+            );
+        }
+    }
+    /// Broken: replaces the whole flag word with `w` (a stale read-modify-write).
+    pub fn broken_store_flags(&self, w: u64) {
+        self.flags.store(w, Ordering::Relaxed);
+    }
     /// Broken: a relaxed bump — a reader that reads the new value may miss the mapcount.
     pub fn broken_seq_bump_relaxed(&self) {
         self.seq.fetch_add(2, Ordering::Relaxed);

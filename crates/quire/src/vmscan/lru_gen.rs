@@ -427,7 +427,7 @@ impl Vmscan {
     /// generations, and a new youngest generation when only two are live or the youngest holds
     /// more than a quarter of the type. Returns the list to evict from, `None` when the type
     /// holds nothing.
-    fn ready_oldest(&self, g: &mut LruGuard<'_>, type_: usize) -> Option<usize> {
+    pub(crate) fn ready_oldest(&self, g: &mut LruGuard<'_>, type_: usize) -> Option<usize> {
         let total: usize = (0..MAX_NR_GENS)
             .map(|i| g.frames_of(gen_list(type_, i)))
             .sum();

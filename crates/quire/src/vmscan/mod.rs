@@ -381,7 +381,7 @@ pub(crate) use kswapd::Balance;
 pub mod model {
     use std::ptr::NonNull;
 
-    use super::{Lru, ReclaimPolicy, VmConfig, Vmscan};
+    use super::{lru_gen, Lru, ReclaimPolicy, VmConfig, Vmscan};
     use crate::mem::folio::{Folio, FolioRef};
     use crate::mem::pool::FramePool;
 
@@ -445,6 +445,57 @@ pub mod model {
         /// Checks the lists; every listed folio must have an owner.
         pub fn check(&self, pool: &FramePool) -> Result<(), String> {
             self.0.check_lists(pool, &|f| f.mapping() != 0)
+        }
+
+        /// The multi-generational LRU, workingset on; with `loop_protection` first reads go to
+        /// probation once the pool is nearly full (as tiny pools always are).
+        pub fn new_multigen(frames: usize, loop_protection: bool) -> Model {
+            Model(Vmscan::new(VmConfig {
+                policy: ReclaimPolicy::MultiGen,
+                workingset: true,
+                loop_protection,
+                shadow_shrinker: false,
+                frames,
+                wait_policy: crate::sync::bitwait::WaitPolicy::Exact,
+                alloc_timeout: std::time::Duration::from_secs(1),
+            }))
+        }
+
+        /// `folio_mark_accessed` (the folio's flags read now, as a reader does).
+        pub fn mark_accessed(&self, pool: &FramePool, folio: &Folio) {
+            self.0.mark_accessed(pool, folio, folio.flags());
+        }
+
+        /// What the eviction scan does to a protected folio at the oldest file tail: its count
+        /// starts over and it moves a generation up, under the LRU lock (aging a new youngest
+        /// generation first when only two are live). Returns whether there was one.
+        pub fn protect_oldest(&self, pool: &FramePool) -> bool {
+            let mut g = self.0.lruvec.lock(pool);
+            let Some(list) = self.0.ready_oldest(&mut g, lru_gen::FILE_TYPE) else {
+                return false;
+            };
+            let Some(f) = g.tail_of(list) else {
+                return false;
+            };
+            f.set_refs(0);
+            f.clear_workingset();
+            f.clear_referenced();
+            let next = ((g.lists.gen.min_seq[lru_gen::FILE_TYPE] + 1) % lru_gen::MAX_NR_GENS as u64)
+                as usize;
+            g.move_to_gen(f, next, false);
+            true
+        }
+
+        /// The admission test of a candidate refault being added (see [`lru_gen`]): whether it
+        /// would go to probation. Clears the oldest tail's `REFERENCED` when it does.
+        pub fn admission_test(&self, pool: &FramePool, candidate: &Folio) -> bool {
+            let mut g = self.0.lruvec.lock(pool);
+            Vmscan::lru_gen_admit(&mut g, candidate)
+        }
+
+        /// The generation bits of `folio` (generation + 1; 0 for none).
+        pub fn gen_bits(folio: &Folio) -> u64 {
+            folio.gen_bits()
         }
     }
 }
