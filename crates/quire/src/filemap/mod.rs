@@ -125,9 +125,10 @@ pub const MAX_FILE_SIZE: u64 = crate::store::MAX_OFFSET & !(PAGE_SIZE - 1);
 /// config.dirty_expire = Duration::from_secs(1);
 /// ```
 ///
-/// The switches that bring back each mechanism's "before" (DESIGN.md rule 7) are fields too,
-/// left out of this documentation: they exist for `quire bench`, and the defaults are the
-/// mechanisms this crate is about.
+/// The switches that bring back each mechanism's "before" (rule 7 of docs/RULES.md) are fields
+/// too, left out of this documentation: they exist for `quire bench`, and the defaults are the
+/// mechanisms this crate is about. The reclaim policy is a documented choice
+/// ([`CacheConfig::reclaim`], [`CacheConfig::loop_protection`]).
 #[derive(Clone, Debug)]
 pub struct CacheConfig {
     /// The memory budget: the frame pool's size (a multiple of 4 KiB).

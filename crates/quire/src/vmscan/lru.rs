@@ -227,6 +227,8 @@ impl<'a> LruGuard<'a> {
     pub(crate) fn add(&mut self, folio: &Folio, tail: bool) {
         debug_assert!(!folio.is_lru(), "adding a folio that is on a list");
         if self.lists.gen.enabled && !folio.is_unevictable() && folio.gen_bits() == 0 {
+            // (A folio put back after reclaim took it from probation: the mark is spent.)
+            folio.clear_probation();
             let gen = self.lists.gen.gen_for_add(folio);
             folio.set_gen_bits(gen as u64 + 1);
         }
@@ -246,9 +248,7 @@ impl<'a> LruGuard<'a> {
             let probation = if folio.clear_probation() {
                 Vmscan::lru_gen_admit(self, folio)
             } else {
-                !refaulted
-                    && folio.flags() & (ACTIVE | ANON) == 0
-                    && self.pool.free_frames_hint() <= self.lists.gen.high
+                !refaulted && folio.flags() & (ACTIVE | ANON) == 0 && !self.filling()
             };
             if probation {
                 let t = usize::from(folio.flags() & ANON == 0);
@@ -258,6 +258,17 @@ impl<'a> LruGuard<'a> {
             }
         }
         self.add(folio, false);
+    }
+
+    /// Whether the cache is still filling: reclaim has not run since a quarter of the frames
+    /// were last free. Until then first reads are added to the generations (there is room);
+    /// afterwards they go to probation.
+    fn filling(&mut self) -> bool {
+        let gen = &mut self.lists.gen;
+        if gen.full && self.pool.free_frames_hint() > gen.frames / 4 {
+            gen.full = false;
+        }
+        !gen.full
     }
 
     /// Links `folio` onto list `l` (at the head, or the tail) and sets `LRU`.

@@ -1,76 +1,76 @@
 //! The multi-generational LRU, after the kernel's `lru_gen` (mm/vmscan.c, mm/workingset.c,
 //! Documentation/mm/multigen_lru.rst): generations instead of two lists, tiers by how often a
-//! folio was used through file descriptors, a feedback loop on refaults that decides which tiers
-//! reclaim protects — and, quire's own addition, *loop protection*: adaptive insertion that keeps
-//! a resident share of a loop larger than the cache.
+//! folio was used through file descriptors, and a feedback loop on refaults that decides which
+//! tiers reclaim protects — and, quire's own addition, *loop protection*: admission by
+//! non-resident history, which keeps a resident share of a loop larger than the cache.
 //!
 //! # Generations
 //!
 //! Each type (anonymous, file) has generations numbered by a sequence: `min_seq[type]` is the
 //! oldest, `max_seq` (shared) the youngest; between 2 ([`MIN_NR_GENS`]) and 4 ([`MAX_NR_GENS`])
 //! are live at once. Generation `seq` lives on the list `seq % MAX_NR_GENS` of its type, and a
-//! folio's flag word names its generation (bits 21–23, generation + 1), so that unlinking finds
-//! the list. Sequence numbers change only under the LRU lock.
+//! folio's flag word names its list (bits 21–23: generation + 1, or [`PROBATION_GEN`] + 1 for
+//! its type's probation list), so that unlinking finds the list. Sequence numbers and
+//! generation bits change only under the LRU lock.
 //!
 //! | event | what happens | kernel |
 //! |---|---|---|
-//! | a new folio is added | to `min_seq + 1` (to `min_seq` while only two generations live); an anonymous folio, or one dirty and waiting for write-back, to `max_seq - 1`; one judged part of the working set at refault to `max_seq` | `lru_gen_add_folio` |
-//! | a use through a file descriptor | the first sets `REFERENCED`, each later one counts in the refs bits (up to 3, then `WORKINGSET`): one flag update, no lock, no list move | `folio_inc_refs` |
+//! | a new folio is added | to `min_seq + 1` (to `min_seq` while only two generations live); an anonymous folio, or one dirty and waiting for write-back, to `max_seq - 1`; one whose refault found its tier protected to `max_seq` | `lru_gen_add_folio` |
+//! | a use through a file descriptor | the first sets `REFERENCED`, each later one counts in the refs bits (up to 3, then `WORKINGSET`): one flag update, no lock, no list move, nothing written once all are set | `folio_inc_refs` |
 //! | a use through a mapping | seen by reclaim when it unmaps the folio: moved to `max_seq` | `lru_gen_look_around` |
-//! | aging | when only two generations are live, or the youngest holds more than a quarter of the type: `max_seq + 1`, a new empty youngest generation | `inc_max_seq` |
+//! | aging | when only two generations are live, or the youngest holds more than a quarter of the type: `max_seq + 1`, a new empty youngest generation (a type already at four first folds its oldest into the next) | `inc_max_seq` |
 //! | eviction | from the tail of `min_seq`; when its list is empty and more than two generations live, `min_seq + 1` | `evict_folios`, `inc_min_seq` |
+//! | dirty or under write-back at the oldest tail | `RECLAIM` set, moved to `min_seq + 1`, the flusher woken; when its write-back ends, rotated to the oldest tail | `sort_folio`, `folio_rotate_reclaimable` |
 //!
 //! # Tiers and the refault feedback
 //!
 //! A folio's *tier* is `ceil(log2(n + 1))` of its uses beyond the first, `n` = refs + (1 if
-//! `WORKINGSET`): tier 0 used once, tier 1 twice, tier 2 three or four times, tier 3 five times
-//! or more. Per type and tier, reclaim counts the folios it *evicted*, the ones it *protected*,
-//! and the *refaults* — a folio read again over a shadow whose refault distance is within the
-//! type's resident frames, charged to the tier the shadow recorded. The feedback loop (the
-//! kernel's PID controller, proportional term with a decaying history: at each `min_seq`
-//! increment the averages become the mean of the old average and the period's counts) compares
-//! each tier's refault rate with tier 0's: the tiers from the first one that refaults more than
-//! tier 0 (by the gain ratio 3:2) upwards are *protected*. A protected folio at the oldest tail is
-//! moved to `min_seq + 1` instead of being evicted, and its uses are halved (`refs` halved,
-//! `REFERENCED` and `WORKINGSET` cleared), so that it must go on being used to stay (quire's;
-//! the kernel of 6.1 keeps the refs bits): protection follows frequency *and* recency.
+//! `WORKINGSET`): tier 0 used once, tier 1 twice, tier 2 three or four times, tier 3 five times.
+//! Per type and tier, reclaim counts the folios it *evicted*, the ones it *protected*, and the
+//! *refaults* — a folio read again over a shadow whose refault distance is within the type's
+//! resident frames, charged to the tier the shadow recorded. The feedback loop (the kernel's PID
+//! controller: a proportional term over a decaying history — at each `min_seq` increment the
+//! averages become the mean of the old average and the period's counts) compares each tier's
+//! refault rate with tier 0's: the tiers from the first one that refaults more than twice as
+//! often as tier 0 (the kernel's gains, 1:2) upwards are *protected*. A folio at the oldest tail
+//! that is in a protected tier, or has all its use bits set (the kernel's 6.14 rule), moves to
+//! `min_seq + 1` instead of being evicted, its count started over with `WORKINGSET` set (one use
+//! on record: it was in the working set): it must go on being used to stay.
 //!
 //! # Shadows
 //!
-//! An evicted folio leaves `(age, n, workingset)` in its slot: the non-resident age as the
-//! classic LRU's ([`super::workingset`]), the uses beyond the first (3 bits) and the
-//! `WORKINGSET` bit. A refault restores the uses, so the folio comes back in the tier it left, and
-//! if that tier is protected now it goes to the youngest generation (`ACTIVE` before the add).
+//! An evicted folio leaves `(age, n, workingset)` in its slot ([`super::workingset`]): the
+//! non-resident age, as the classic LRU's, its uses beyond the first and its `WORKINGSET` bit.
+//! A refault within the type's resident frames restores the uses, so the folio comes back in the
+//! tier it left, and if that tier is protected now it goes to the youngest generation.
 //!
-//! # Loop protection (the refault admission test)
+//! # Loop protection (admission by non-resident history)
 //!
 //! A loop over more pages than the cache holds is LRU's worst case: every folio is evicted just
 //! before its next use, and generations, tiers and refault distances do not change that (every
-//! folio is used once per pass, every refault is "recent"). The optimum keeps a fixed share of
-//! the loop resident. LIRS and CLOCK-Pro get there by letting a refaulting page displace a
-//! resident one only if it was used more recently than the coldest resident page; quire asks the
-//! same question of the resident folio that would be evicted next, the tail of the oldest file
-//! generation, with the only recency a hit leaves behind, `REFERENCED`:
+//! folio is used once per pass; every refault is "recent"). The optimum keeps a fixed share of
+//! the loop resident. LIRS and CLOCK-Pro get there by letting a page in only when its history
+//! says it deserves a place more than a resident; quire asks, at the LRU lock when a folio is
+//! added, with what the shadows and the flags know:
 //!
-//! - a folio read in for the first time, or over a shadow too old to matter (refault distance
-//!   beyond the type's resident frames), is added normally: it has no claim either way, and a
-//!   working set that moves on must be let in (recency first, as LRU);
-//! - a *recent* refault (the kernel's `workingset_refault` would call it part of the working
-//!   set) whose tier is not protected is a *candidate*. When it is added (under the LRU lock),
-//!   if the oldest tail was used since reclaim last looked (`REFERENCED`), the residents are in
-//!   use: the candidate goes to its type's *probation* list, and the tail has its bit cleared and
-//!   moves up a generation (a clock hand that advances one folio per rejection, so a resident
-//!   that stops being used loses its claim within one sweep). If the tail is idle, the candidate
-//!   is added normally and will displace it.
+//! | the folio | its claim | where it goes |
+//! |---|---|---|
+//! | a first read while the cache is still filling (free frames above the high watermark) | none needed: there is room | generations (normal), as LIRS fills its resident set |
+//! | a first read, or a refault beyond the type's resident frames, once the cache is full | none: no reuse seen within the cache's reach | its type's *probation* list |
+//! | a refault within reach that had been used again before its eviction (`n` ≥ 1), or whose tier is protected | a reuse shorter than the cache | generations (normal, or youngest) |
+//! | a refault within reach with no reuse recorded (`n` = 0) | a *candidate*: it competes with the resident reclaim would take next, the oldest tail | generations if that resident is idle; else probation — the resident, used since reclaim last looked, keeps its place, its `REFERENCED` cleared and moved a generation up (a clock hand that advances one folio per candidate turned away, so residents that stop being used lose their claim) |
 //!
-//! Reclaim empties the probation list before it looks at the generations. On a probation
-//! folio's turn: one used again since it was added moves to `min_seq + 1` (it proved a reuse
-//! shorter than its stay); one not used at all yet (readahead its reader has not reached) gets
-//! one more turn; the rest are evicted. On a loop the residents are all used once per pass, so
-//! every refault is turned away and the resident share stays — the optimum's behaviour; where the
-//! working set changes, its new folios come in as first reads (added normally), and an old
-//! working set that comes back is let in once the hand has found the residents idle.
-//! Switched off (`CacheConfig::loop_protection`), every folio is added normally.
+//! Reclaim takes from a type's probation list first while it holds more than 1/16 of the
+//! type's frames — the floor that lets a folio on probation stay long enough for a reuse to be
+//! seen. On a probation folio's turn: one used again since it was added joins the generations
+//! (`min_seq + 1`), as does one not used at all yet (readahead its reader has not reached); the
+//! rest are evicted. On a loop the residents are all used once per pass, so every refault is
+//! turned away and the resident share (15/16 of the cache, less the hand's churn) stays; a
+//! stream's first reads pass through probation without touching the residents; an old working
+//! set that comes back is let in once the hand has found the residents idle, or at once where
+//! its folios had been used more than once. Switched off (`CacheConfig::loop_protection`), every
+//! folio is added normally. What each part contributes is measured by the `evict` suite's
+//! `multigen` (off) and `multigen-loop` (on) variants (docs/BENCHMARKS.md).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -78,8 +78,8 @@ use super::lru::{gen_list, LruGuard, NR_GEN_LISTS};
 use super::reclaim::{ScanControl, SWAP_CLUSTER_MAX};
 use super::{Owners, Vmscan};
 use crate::mem::folio::{
-    Folio, FolioRef, ACTIVE, ANON, DIRTY, MAX_REFS, RECLAIM, REFERENCED, REFS_MASK, REFS_SHIFT,
-    SWAPCACHE, WORKINGSET, WRITEBACK,
+    Folio, FolioRef, ACTIVE, ANON, DIRTY, MAX_REFS, PROBATION, RECLAIM, REFERENCED, REFS_MASK,
+    REFS_SHIFT, SWAPCACHE, WORKINGSET, WRITEBACK,
 };
 use crate::mem::pool::FramePool;
 use crate::stats::Event;
@@ -92,10 +92,8 @@ pub const MIN_NR_GENS: u64 = 2;
 pub const MAX_NR_TIERS: usize = 4;
 /// Below this many refaults a tier's rate is not trusted (the kernel's `MIN_LRU_BATCH`).
 const MIN_LRU_BATCH: u64 = 64;
-/// Probation is taken from first only while it holds more than 1/this of its type's frames.
-const PROBATION_FLOOR_DIV: usize = 16;
 /// The generation bits' value of a folio on its type's probation list.
-pub(crate) const PROBATION_GEN: usize = MAX_NR_GENS;
+pub const PROBATION_GEN: usize = MAX_NR_GENS;
 /// The anonymous type.
 pub const ANON_TYPE: usize = 0;
 /// The file type.
@@ -140,17 +138,20 @@ pub(crate) struct GenState {
     pub admitted: u64,
     /// Whether the loop protection is on.
     pub loop_protection: bool,
-    /// The high watermark: at or below it in free frames, the cache is full and first reads
-    /// go to probation.
-    pub high: usize,
+    /// The cache's frames.
+    pub frames: usize,
+    /// Reclaim has run since a quarter of the frames were last free: the cache is full, and
+    /// first reads go to probation.
+    pub full: bool,
 }
 
 impl GenState {
-    pub(crate) fn new(enabled: bool, loop_protection: bool, high: usize) -> GenState {
+    pub(crate) fn new(enabled: bool, loop_protection: bool, frames: usize) -> GenState {
         GenState {
             enabled,
             loop_protection,
-            high,
+            frames,
+            full: false,
             max_seq: MIN_NR_GENS - 1,
             min_seq: [0; 2],
             rejected: 0,
@@ -195,6 +196,11 @@ pub(crate) struct Feedback {
     protected: [[AtomicU64; MAX_NR_TIERS]; 2],
     avg_refaulted: [[AtomicU64; MAX_NR_TIERS]; 2],
     avg_total: [[AtomicU64; MAX_NR_TIERS]; 2],
+    /// How many frames the file probation list keeps before reclaim takes from it first
+    /// (adapted by refaults: see [`Feedback::adapt_probation`]).
+    probation_target: AtomicU64,
+    /// The target's bounds: 1/64 and 1/2 of the budget's frames.
+    probation_bounds: (u64, u64),
     /// `max_seq` and `min_seq` as last set (for lock-free readers).
     max_seq: AtomicU64,
     min_seq: [AtomicU64; 2],
@@ -233,6 +239,8 @@ pub struct LruGenStats {
     pub total: [[u64; MAX_NR_TIERS]; 2],
     /// Per type: the tiers above this one are protected.
     pub tier_idx: [usize; 2],
+    /// The frames the file probation list keeps before reclaim takes from it first.
+    pub probation_target: usize,
     /// Recent refaults the loop protection turned away to probation.
     pub rejected: u64,
     /// Recent refaults the loop protection let in (the oldest resident was idle).
@@ -240,6 +248,41 @@ pub struct LruGenStats {
 }
 
 impl Feedback {
+    /// The feedback of a cache of `frames` frames: the probation target starts at 1/16 of them.
+    pub(crate) fn new(frames: usize) -> Feedback {
+        let frames = frames as u64;
+        Feedback {
+            probation_target: AtomicU64::new(frames / 16),
+            probation_bounds: ((frames / 64).max(1), (frames / 2).max(1)),
+            ..Feedback::default()
+        }
+    }
+
+    /// The probation target now (frames).
+    pub(crate) fn probation_target(&self) -> usize {
+        self.probation_target.load(Ordering::Relaxed) as usize
+    }
+
+    /// Adapts the probation target to a refault of `nr` frames at `distance` (the cold
+    /// allocation of CLOCK-Pro, the `p` of ARC): a folio evicted from probation that comes back
+    /// within the target's own length would have been kept by a probation twice as long — the
+    /// target grows by its size; a folio evicted from the generations that comes back within the
+    /// type's resident frames would have been kept had the generations had more room — it
+    /// shrinks by as much.
+    fn adapt_probation(&self, from_probation: bool, distance: u64, resident: u64, nr: u64) {
+        let t = &self.probation_target;
+        let (lo, hi) = self.probation_bounds;
+        let _ = t.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+            if from_probation && distance <= v {
+                Some((v + nr).min(hi))
+            } else if !from_probation && distance <= resident {
+                Some(v.saturating_sub(nr).max(lo))
+            } else {
+                None
+            }
+        });
+    }
+
     fn pos(&self, type_: usize, tier: usize, gain: u64) -> Pos {
         let r = Ordering::Relaxed;
         let mut total = self.avg_total[type_][tier].load(r) + self.evicted[type_][tier].load(r);
@@ -308,18 +351,20 @@ impl Vmscan {
     /// waits on probation; idle, the candidate is added normally.
     pub(crate) fn lru_gen_admit(g: &mut LruGuard<'_>, folio: &Folio) -> bool {
         let type_ = type_of(folio.flags());
-        let min = g.lists.gen.min_seq[type_];
-        let oldest = gen_list(type_, (min % MAX_NR_GENS as u64) as usize);
-        let busy = g.tail_of(oldest).filter(|v| v.clear_referenced());
-        let Some(v) = busy else {
+        let (min, max) = (g.lists.gen.min_seq[type_], g.lists.gen.max_seq);
+        // The resident reclaim would take next: the tail of the oldest generation holding any.
+        let oldest = (min..=max).find_map(|seq| {
+            g.tail_of(gen_list(type_, (seq % MAX_NR_GENS as u64) as usize))
+                .map(|v| (seq, v))
+        });
+        let Some((seq, v)) = oldest.filter(|(_, v)| v.clear_referenced()) else {
             g.lists.gen.admitted += 1;
             return false;
         };
         g.lists.gen.rejected += 1;
-        let next = ((min + 1) % MAX_NR_GENS as u64) as usize;
-        if g.lists.gen.nr_gens(type_) > 1 {
-            g.move_to_gen(v, next, false);
-        }
+        // The hand moves on: the resident goes a generation up (or to the head of the youngest).
+        let to = (seq.min(max - 1) + 1) % MAX_NR_GENS as u64;
+        g.move_to_gen(v, to as usize, false);
         true
     }
 
@@ -332,7 +377,13 @@ impl Vmscan {
         self.lru_gen.evicted[type_of(flags)][tier_of_uses(n)].fetch_add(nr, Ordering::Relaxed);
         let age = self.nonresident_age.fetch_add(nr, Ordering::Relaxed);
         self.counters.add(Event::Evictions, nr);
-        super::workingset::pack_gen_shadow(age, n, flags & WORKINGSET != 0)
+        super::GenShadow {
+            age,
+            uses: n,
+            workingset: flags & WORKINGSET != 0,
+            probation: flags & PROBATION != 0,
+        }
+        .pack()
     }
 
     /// `folio`, not yet on any list, is read in over `shadow`: counts the refault for the tier
@@ -342,9 +393,10 @@ impl Vmscan {
     /// `lru_gen_refault`.
     pub(crate) fn lru_gen_refault(&self, folio: &Folio, shadow: u64) -> super::Refault {
         let nr = folio.nr_frames() as u64;
-        let (evicted, n, workingset) = super::workingset::unpack_gen_shadow(shadow);
+        let sh = super::GenShadow::unpack(shadow);
+        let (n, workingset) = (sh.uses, sh.workingset);
         let distance =
-            self.nonresident_age().wrapping_sub(evicted) & super::workingset::GEN_AGE_MASK;
+            self.nonresident_age().wrapping_sub(sh.age) & super::workingset::GEN_AGE_MASK;
         self.counters.add(Event::WorkingsetRefault, nr);
         let type_ = type_of(folio.flags());
         let tier = tier_of_uses(n);
@@ -353,10 +405,13 @@ impl Vmscan {
             activated: false,
             restored: false,
         };
+        let resident = self.type_frames(type_) as u64;
         if self.loop_protection {
             folio.set_refaulted();
+            self.lru_gen
+                .adapt_probation(sh.probation, distance, resident, nr);
         }
-        if distance > self.type_frames(type_) as u64 {
+        if distance > resident {
             return r;
         }
         self.lru_gen.refaulted[type_][tier].fetch_add(nr, Ordering::Relaxed);
@@ -475,17 +530,19 @@ impl Vmscan {
         let tier_idx = self.lru_gen.tier_idx(type_);
         let mut out = Vec::new();
         let mut g = self.lruvec.lock(pool);
+        g.lists.gen.full = true;
         let mut taken = 0;
         let probation = gen_list(type_, PROBATION_GEN);
+        let mut protected_run = 0;
         while taken < nr && *budget > 0 {
             // Probation goes first while it holds more than its floor, the frames a folio
             // needs to stay for its reuse to be seen (see the module documentation).
+            // Below the floor the generations go first, unless a batch's worth of their oldest
+            // folios in a row were protected: then what probation holds is what is cold.
             let on_probation = g.frames_of(probation);
             let from_probation = on_probation > 0
-                && on_probation * PROBATION_FLOOR_DIV
-                    > (0..=MAX_NR_GENS)
-                        .map(|i| g.frames_of(gen_list(type_, i)))
-                        .sum::<usize>();
+                && (protected_run >= SWAP_CLUSTER_MAX
+                    || on_probation > self.lru_gen.probation_target());
             let list = if from_probation {
                 probation
             } else {
@@ -520,11 +577,14 @@ impl Vmscan {
                 let tier = tier_of_uses(uses);
                 if tier > tier_idx || uses == MAX_REFS + 1 {
                     self.lru_gen.protected[type_][tier].fetch_add(n as u64, Ordering::Relaxed);
-                    // Protected: a generation younger, its count started over.
+                    // Protected: a generation younger, its count started over but marked as
+                    // having been in the working set (its one use beyond the first, should it be
+                    // evicted before it is used again: a refault then has a reuse on record).
                     f.set_refs(0);
-                    f.clear_workingset();
+                    f.set_workingset();
                     f.clear_referenced();
                     g.move_to_gen(f, next, false);
+                    protected_run += n;
                     continue;
                 }
             }
@@ -546,7 +606,12 @@ impl Vmscan {
                 continue;
             }
             g.del(f);
+            if from_probation {
+                // Said in its shadow, should it be evicted.
+                f.set_probation();
+            }
             taken += n;
+            protected_run = 0;
             // SAFETY: `try_get` just gave us a counted reference on this descriptor of `pool`.
             out.push(unsafe { pool.ref_from_raw(std::ptr::NonNull::from(f)) });
         }
@@ -642,6 +707,7 @@ impl Vmscan {
                 g.frames_of(gen_list(ANON_TYPE, PROBATION_GEN)),
                 g.frames_of(gen_list(FILE_TYPE, PROBATION_GEN)),
             ],
+            probation_target: self.lru_gen.probation_target(),
             rejected: gs.rejected,
             admitted: gs.admitted,
             ..LruGenStats::default()

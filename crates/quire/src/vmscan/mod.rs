@@ -2,6 +2,12 @@
 //! `mm/workingset.c`: LRU lists, folio batches, background reclaim, refault detection from
 //! shadow entries and the shadow-node shrinker. One `Vmscan` per page cache.
 //!
+//! Three policies ([`ReclaimPolicy`]): the multi-generational LRU ([`lru_gen`], the default,
+//! with its loop protection), the classic active and inactive lists described below, and the
+//! clock they replaced. The first two share the lists' lock, the batches, the shadows and
+//! background reclaim; they differ in which lists a folio goes on, what an access does and what
+//! a round of reclaim takes.
+//!
 //! # Where it sits
 //!
 //! Between `mem` (the pool it frees frames into) and the owners of folios (the page cache's
@@ -37,9 +43,10 @@
 //! is at work it first waits a few milliseconds for kswapd's next rounds (the kernel's
 //! `throttle_direct_reclaim`). In steady state readers never reclaim inline.
 //!
-//! # The "before"
+//! # The "before"s
 //!
-//! [`ReclaimPolicy::Clock`] is the reclaim quire had before this module: no lists, no batches
+//! [`ReclaimPolicy::Lru`], the classic lists, is the reclaim quire had before the
+//! multi-generational LRU. [`ReclaimPolicy::Clock`] is the reclaim quire had before this module: no lists, no batches
 //! and no background thread; an allocation that fails sweeps a clock over the memmap in the
 //! allocating thread (second chance for `REFERENCED`), writing dirty folios back itself.
 //! Workingset detection can be switched off on its own (`workingset: false`): refaults are
@@ -62,7 +69,7 @@ use std::time::Duration;
 pub use lru::{Lru, NR_LRU_LISTS};
 pub(crate) use lru::{LruGuard, Lruvec};
 pub use lru_gen::LruGenStats;
-pub use workingset::{pack_gen_shadow, pack_shadow, unpack_gen_shadow, unpack_shadow, Refault};
+pub use workingset::{pack_shadow, unpack_shadow, GenShadow, Refault};
 
 use crate::mem::folio::{Folio, FolioGuard, FRAME_SHIFT};
 use crate::stats::Counters;
@@ -280,7 +287,7 @@ impl Vmscan {
             policy: c.policy,
             workingset: c.workingset,
             loop_protection: c.loop_protection && multigen,
-            lru_gen: lru_gen::Feedback::default(),
+            lru_gen: lru_gen::Feedback::new(c.frames),
             shadow_shrinker: c.shadow_shrinker,
             max_shadow_nodes: (c.frames / 16).max(1),
             wmark,
@@ -289,7 +296,7 @@ impl Vmscan {
             lruvec: Lruvec::new(lru_gen::GenState::new(
                 multigen,
                 c.loop_protection && multigen,
-                wmark.high,
+                c.frames,
             )),
             batches: swap::Batches::new(),
             nonresident_age: AtomicU64::new(0),

@@ -25,7 +25,8 @@
 //! |---|---|
 //! | 0 | `WORKINGSET` was set |
 //! | 1–3 | uses beyond the first (0..=4) |
-//! | 4–60 | the non-resident age when it was evicted (modulo 2^57) |
+//! | 4 | evicted from its type's probation list (loop protection) |
+//! | 5–60 | the non-resident age when it was evicted (modulo 2^56) |
 //!
 //! # Refaults
 //!
@@ -79,25 +80,45 @@ pub fn unpack_shadow(shadow: u64) -> (u64, bool) {
 }
 
 /// Bits of the non-resident age a multi-generational shadow keeps.
-const GEN_AGE_BITS: u32 = AGE_BITS - 3;
+const GEN_AGE_BITS: u32 = AGE_BITS - 4;
 /// The mask of those bits (refault distances are taken modulo it).
 pub(crate) const GEN_AGE_MASK: u64 = (1 << GEN_AGE_BITS) - 1;
 
-/// A multi-generational shadow: the age at eviction, the uses beyond the first (at most 7 are
-/// kept) and the working-set bit (the kernel's `lru_gen_eviction` token).
-#[inline]
-pub fn pack_gen_shadow(age: u64, uses: u64, workingset: bool) -> u64 {
-    ((age & GEN_AGE_MASK) << 4) | (uses.min(7) << 1) | u64::from(workingset)
+/// What a multi-generational shadow keeps of an evicted folio (the kernel's `lru_gen_eviction`
+/// token, plus where the folio was evicted from).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GenShadow {
+    /// The non-resident age at eviction (modulo 2^56).
+    pub age: u64,
+    /// Its uses beyond the first (at most 7 are kept).
+    pub uses: u64,
+    /// Whether `WORKINGSET` was set.
+    pub workingset: bool,
+    /// Whether it was evicted from its type's probation list (loop protection).
+    pub probation: bool,
 }
 
-/// The age at eviction, the uses and the working-set bit of a multi-generational shadow.
-#[inline]
-pub fn unpack_gen_shadow(shadow: u64) -> (u64, u64, bool) {
-    (
-        (shadow >> 4) & GEN_AGE_MASK,
-        (shadow >> 1) & 7,
-        shadow & WORKINGSET_BIT != 0,
-    )
+impl GenShadow {
+    /// The shadow's value: bit 0 `workingset`, bits 1–3 `uses`, bit 4 `probation`, bits 5–60
+    /// the age.
+    #[inline]
+    pub fn pack(self) -> u64 {
+        ((self.age & GEN_AGE_MASK) << 5)
+            | (u64::from(self.probation) << 4)
+            | (self.uses.min(7) << 1)
+            | u64::from(self.workingset)
+    }
+
+    /// The shadow a value holds.
+    #[inline]
+    pub fn unpack(shadow: u64) -> GenShadow {
+        GenShadow {
+            age: (shadow >> 5) & GEN_AGE_MASK,
+            uses: (shadow >> 1) & 7,
+            workingset: shadow & WORKINGSET_BIT != 0,
+            probation: shadow & (1 << 4) != 0,
+        }
+    }
 }
 
 /// What a refault came to.
@@ -227,21 +248,34 @@ mod tests {
 
     #[test]
     fn gen_shadows_round_trip() {
-        for (age, uses, ws) in [
-            (0, 0, false),
-            (1, 4, true),
-            (GEN_AGE_MASK, 7, true),
-            (99, 2, false),
+        for (age, uses, workingset, probation) in [
+            (0, 0, false, false),
+            (1, 4, true, false),
+            (GEN_AGE_MASK, 7, true, true),
+            (99, 2, false, true),
         ] {
-            assert_eq!(
-                unpack_gen_shadow(pack_gen_shadow(age, uses, ws)),
-                (age, uses, ws)
-            );
+            let g = GenShadow {
+                age,
+                uses,
+                workingset,
+                probation,
+            };
+            assert_eq!(GenShadow::unpack(g.pack()), g);
         }
-        assert_eq!(
-            unpack_gen_shadow(pack_gen_shadow(GEN_AGE_MASK + 3, 9, false)),
-            (2, 7, false)
-        );
-        assert!(pack_gen_shadow(u64::MAX, 7, true) <= crate::xarray::MAX_VALUE);
+        let wrapped = GenShadow {
+            age: GEN_AGE_MASK + 3,
+            uses: 9,
+            workingset: false,
+            probation: true,
+        };
+        let back = GenShadow::unpack(wrapped.pack());
+        assert_eq!((back.age, back.uses, back.probation), (2, 7, true));
+        let max = GenShadow {
+            age: u64::MAX,
+            uses: 7,
+            workingset: true,
+            probation: true,
+        };
+        assert!(max.pack() <= crate::xarray::MAX_VALUE);
     }
 }

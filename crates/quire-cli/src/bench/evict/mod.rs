@@ -95,6 +95,7 @@ pub(crate) struct Variant {
     pub name: &'static str,
     policy: ReclaimPolicy,
     workingset: bool,
+    loop_protection: bool,
 }
 
 impl Variant {
@@ -103,7 +104,16 @@ impl Variant {
         let mut cfg = CacheConfig::new(budget as usize);
         cfg.reclaim = self.policy;
         cfg.workingset = self.workingset;
+        cfg.loop_protection = self.loop_protection;
         cfg
+    }
+
+    /// Whether this is what a cache gets without choosing (`CacheConfig::new`): its figures
+    /// are also reported under the variant name `default`.
+    pub(crate) fn is_default(&self) -> bool {
+        let d = CacheConfig::new(1 << 20);
+        (d.reclaim, d.workingset, d.loop_protection)
+            == (self.policy, self.workingset, self.loop_protection)
     }
 }
 
@@ -113,18 +123,60 @@ pub(crate) const QUIRE: &[Variant] = &[
         name: "clock",
         policy: ReclaimPolicy::Clock,
         workingset: false,
+        loop_protection: false,
     },
     Variant {
         name: "lru",
         policy: ReclaimPolicy::Lru,
         workingset: false,
+        loop_protection: false,
     },
     Variant {
         name: "lru-workingset",
         policy: ReclaimPolicy::Lru,
         workingset: true,
+        loop_protection: false,
+    },
+    Variant {
+        name: "multigen",
+        policy: ReclaimPolicy::MultiGen,
+        workingset: true,
+        loop_protection: false,
+    },
+    Variant {
+        name: "multigen-loop",
+        policy: ReclaimPolicy::MultiGen,
+        workingset: true,
+        loop_protection: true,
     },
 ];
+
+/// Records a quire variant's figure, and again under `default` if the variant is the default.
+fn record_q(
+    b: &mut Bench,
+    case: &str,
+    v: &Variant,
+    threads: usize,
+    metric: &'static str,
+    value: f64,
+    unit: &'static str,
+) {
+    b.record(case, v.name, threads, metric, value, unit);
+    if v.is_default() {
+        b.record(case, "default", threads, metric, value, unit);
+    }
+}
+
+/// Records what reclaim cost per evicted page over the cache's life (`reclaim_ns` /
+/// `evictions`), when it evicted anything.
+fn record_reclaim_cost(b: &mut Bench, case: &str, v: &Variant, threads: usize, cache: &PageCache) {
+    let s = cache.stats().vmstat;
+    let evicted = s.get(Event::Evictions);
+    if evicted > 0 {
+        let ns = s.get(Event::ReclaimNs) as f64 / evicted as f64;
+        record_q(b, case, v, threads, "reclaim_ns_per_evicted", ns, "ns");
+    }
+}
 
 /// Sizes of one run.
 struct Sizes {
@@ -162,9 +214,10 @@ impl Sizes {
 }
 
 fn steps(_quick: bool) -> u64 {
-    // Files, then zipf/scan/loop/switch (3 quire + kernel + opt each), readonce (3 + kernel),
-    // shadow-memory (2).
-    1 + 4 * 5 + 4 + 2
+    // Files, then zipf/scan/loop/switch (quire variants + kernel + opt each), readonce (quire
+    // variants + kernel), shadow-memory (2).
+    let q = QUIRE.len() as u64;
+    1 + 4 * (q + 2) + (q + 1) + 2
 }
 
 /// The suite's data files.
@@ -211,7 +264,7 @@ fn run(b: &mut Bench) -> anyhow::Result<()> {
         write_data_file(f, mb(sz.budget * 4 / 5), &content)?;
     }
     for case in ["zipf", "scan", "loop", "switch", "readonce"] {
-        b.compare(case, "clock", "lru-workingset");
+        b.compare(case, "lru-workingset", "default");
     }
     b.compare("shadow-memory", "no-shrinker", "shrinker");
     zipf_case(b, &sz, &files)?;
@@ -320,17 +373,20 @@ fn zipf_case(b: &mut Bench, sz: &Sizes, files: &Files) -> anyhow::Result<()> {
             }
             Ok((store.bytes_read() - before, t0.elapsed().as_secs_f64()))
         })?;
-        b.record(
+        record_reclaim_cost(b, "zipf", v, THREADS, &cache);
+        record_q(
+            b,
             "zipf",
-            variant,
+            v,
             THREADS,
             "hit_ratio",
             hit_ratio(read, asked),
             "ratio",
         );
-        b.record(
+        record_q(
+            b,
             "zipf",
-            variant,
+            v,
             THREADS,
             "iops",
             (THREADS * sz.zipf_ops) as f64 / secs,
@@ -338,9 +394,10 @@ fn zipf_case(b: &mut Bench, sz: &Sizes, files: &Files) -> anyhow::Result<()> {
         );
         // The free reserve background reclaim keeps (frames not holding cached data).
         let s = cache.stats();
-        b.record(
+        record_q(
+            b,
             "zipf",
-            variant,
+            v,
             THREADS,
             "free_share_at_end",
             s.free_frames as f64 / s.frames as f64,
@@ -435,9 +492,11 @@ fn scan_case(b: &mut Bench, sz: &Sizes, files: &Files) -> anyhow::Result<()> {
             streamer.join().expect("streamer panicked")?;
             Ok((n, read))
         })?;
-        b.record(
+        record_reclaim_cost(b, "scan", v, 2, &cache);
+        record_q(
+            b,
             "scan",
-            variant,
+            v,
             2,
             "hot_hit_ratio",
             hit_ratio(read, ops * PAGE as u64),
@@ -522,17 +581,20 @@ fn loop_case(b: &mut Bench, sz: &Sizes, files: &Files) -> anyhow::Result<()> {
         }
         let secs = t0.elapsed().as_secs_f64();
         let read = store.bytes_read() - before;
-        b.record(
+        record_reclaim_cost(b, "loop", v, 1, &cache);
+        record_q(
+            b,
             "loop",
-            variant,
+            v,
             1,
             "hit_ratio",
             hit_ratio(read, asked),
             "ratio",
         );
-        b.record(
+        record_q(
+            b,
             "loop",
-            variant,
+            v,
             1,
             "mb_per_s",
             asked as f64 / secs / (1 << 20) as f64,
@@ -604,25 +666,29 @@ fn switch_case(b: &mut Bench, sz: &Sizes, files: &Files) -> anyhow::Result<()> {
             }
         }
         // How many refaults workingset detection found within the active list's size.
-        b.record(
+        record_reclaim_cost(b, "switch", v, 1, &cache);
+        record_q(
+            b,
             "switch",
-            variant,
+            v,
             1,
             "refaults_activated",
             activated as f64 / refaults.max(1) as f64,
             "ratio",
         );
-        b.record(
+        record_q(
+            b,
             "switch",
-            variant,
+            v,
             1,
             "hit_ratio",
             hit_ratio(read, asked),
             "ratio",
         );
-        b.record(
+        record_q(
+            b,
             "switch",
-            variant,
+            v,
             1,
             "mb_per_s",
             asked as f64 / secs / (1 << 20) as f64,
@@ -700,26 +766,30 @@ fn readonce_case(b: &mut Bench, sz: &Sizes, files: &Files) -> anyhow::Result<()>
         let ev = cache.stats().vmstat.since(&before);
         let gib = total as f64 / (1u64 << 30) as f64;
         let direct = ev.get(Event::DirectReclaims) as f64;
-        b.record(
+        record_reclaim_cost(b, "readonce", v, THREADS, &cache);
+        record_q(
+            b,
             "readonce",
-            variant,
+            v,
             THREADS,
             "mb_per_s",
             total as f64 / secs / (1 << 20) as f64,
             "MiB/s",
         );
-        b.record(
+        record_q(
+            b,
             "readonce",
-            variant,
+            v,
             THREADS,
             "direct_reclaims_per_gib",
             direct / gib,
             "1/GiB",
         );
         let allocs = ev.get(Event::FolioAllocs).max(1) as f64;
-        b.record(
+        record_q(
+            b,
             "readonce",
-            variant,
+            v,
             THREADS,
             "direct_reclaims_per_alloc",
             direct / allocs,
