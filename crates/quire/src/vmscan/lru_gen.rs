@@ -55,22 +55,31 @@
 //!
 //! | the folio | its claim | where it goes |
 //! |---|---|---|
-//! | a first read while the cache is still filling (free frames above the high watermark) | none needed: there is room | generations (normal), as LIRS fills its resident set |
+//! | a first read while the cache is still filling (reclaim has not run since a quarter of the frames were last free) | none needed: there is room | generations (normal), as LIRS fills its resident set |
 //! | a first read, or a refault beyond the type's resident frames, once the cache is full | none: no reuse seen within the cache's reach | its type's *probation* list |
-//! | a refault within reach that had been used again before its eviction (`n` ≥ 1), or whose tier is protected | a reuse shorter than the cache | generations (normal, or youngest) |
-//! | a refault within reach with no reuse recorded (`n` = 0) | a *candidate*: it competes with the resident reclaim would take next, the oldest tail | generations if that resident is idle; else probation — the resident, used since reclaim last looked, keeps its place, its `REFERENCED` cleared and moved a generation up (a clock hand that advances one folio per candidate turned away, so residents that stop being used lose their claim) |
+//! | a refault within reach that had been used again before its eviction (`n` ≥ 1, `WORKINGSET` included), or whose tier is protected | a reuse shorter than the cache | generations (normal, or youngest) |
+//! | a refault within reach with no reuse recorded (`n` = 0) | a *candidate*: it competes with the resident reclaim would take next, the tail of the oldest non-empty generation | generations if that resident is idle; else probation — the resident, used since reclaim last looked, keeps its place, its `REFERENCED` cleared and moved a generation up (a clock hand that advances one folio per candidate turned away, so residents that stop being used lose their claim) |
 //!
-//! Reclaim takes from a type's probation list first while it holds more than 1/16 of the
-//! type's frames — the floor that lets a folio on probation stay long enough for a reuse to be
-//! seen. On a probation folio's turn: one used again since it was added joins the generations
-//! (`min_seq + 1`), as does one not used at all yet (readahead its reader has not reached); the
-//! rest are evicted. On a loop the residents are all used once per pass, so every refault is
-//! turned away and the resident share (15/16 of the cache, less the hand's churn) stays; a
-//! stream's first reads pass through probation without touching the residents; an old working
-//! set that comes back is let in once the hand has found the residents idle, or at once where
-//! its folios had been used more than once. Switched off (`CacheConfig::loop_protection`), every
-//! folio is added normally. What each part contributes is measured by the `evict` suite's
-//! `multigen` (off) and `multigen-loop` (on) variants (docs/BENCHMARKS.md).
+//! Reclaim takes a type's probation list first while it holds more than its *target*, the
+//! frames that let a folio on probation stay long enough for a reuse to be seen — and also below
+//! it once a batch's worth of the oldest generation in a row turned out protected. The target
+//! adapts to refaults, as CLOCK-Pro's cold allocation and ARC's `p` do (shadows say whether a
+//! folio was evicted from probation): a folio evicted from probation that comes back within the
+//! target's own length would have been kept by a probation twice as long, so the target grows by
+//! its size; one evicted from the generations that comes back within reach would have been kept
+//! had the generations had more room, so it shrinks by as much (from 1/16 of the budget, between
+//! 1/64 and 1/2). On a probation folio's turn: one used again since it was added joins the
+//! generations (`min_seq + 1`), as does one not used at all yet (readahead its reader has not
+//! reached); the rest are evicted, marked in their shadows as evicted from probation.
+//!
+//! On a loop the residents are all used once per pass, so every refault is turned away and the
+//! resident share stays (the hand sweeps the residents once per 1/(L/C − 1) passes, so this
+//! holds for loops up to twice the cache); a stream's first reads pass through probation without
+//! touching the residents; an old working set that comes back is let in at once where its folios
+//! had been used more than once, else once the hand has found the residents idle. Switched off
+//! (`CacheConfig::loop_protection`), every folio is added normally. What each part contributes
+//! is measured by the `evict` suite's `multigen` (off) and `multigen-loop` (on) variants
+//! (docs/BENCHMARKS.md).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
