@@ -57,6 +57,11 @@ enum Command {
         /// trace's distinct pages, at least 1 MiB).
         #[arg(long, value_name = "SIZE", requires = "trace", value_parser = mount::parse_size)]
         budget: Option<usize>,
+        /// A trace replay without readahead: every page is read only when the trace asks for
+        /// it, so the variants differ only in what they keep (as OPT and cache libraries are
+        /// judged).
+        #[arg(long, requires = "trace")]
+        no_readahead: bool,
     },
     /// Draw the SVG charts of a stored `quire bench --json` report into DIR (as `--plot` does
     /// at the end of a run): SUITE-before-after.svg and SUITE-scaling.svg per suite.
@@ -124,6 +129,7 @@ fn main() -> anyhow::Result<()> {
             trace,
             trace_format,
             budget,
+            no_readahead,
         } => {
             if list {
                 for s in bench::SUITES {
@@ -135,6 +141,7 @@ fn main() -> anyhow::Result<()> {
                 path,
                 format: trace_format,
                 budget: budget.map(|b| b as u64),
+                readahead: !no_readahead,
             });
             bench::run(&bench::Options {
                 suites: &suites,

@@ -131,6 +131,8 @@ pub struct TraceArgs {
     pub format: Option<TraceFormat>,
     /// The budget in bytes; `None`: a quarter of the distinct pages.
     pub budget: Option<u64>,
+    /// Whether the caches read ahead (`--no-readahead` turns it off).
+    pub readahead: bool,
 }
 
 /// Why a trace could not be read. Every variant names the file; the malformed ones name the
@@ -698,13 +700,19 @@ pub fn run(b: &mut Bench, args: &TraceArgs) -> anyhow::Result<()> {
         mib(budget),
         budget / page,
     ));
+    let readahead = |mut cfg: CacheConfig| {
+        if !args.readahead {
+            cfg.readahead_max = 0;
+        }
+        cfg
+    };
     for v in QUIRE {
         b.step(&format!("{CASE} / {}", v.name));
-        let o = replay(v.config(budget), &trace)?;
+        let o = replay(readahead(v.config(budget)), &trace)?;
         report(b, v.name, &o);
     }
     b.step(&format!("{CASE} / default"));
-    let o = replay(CacheConfig::new(budget as usize), &trace)?;
+    let o = replay(readahead(CacheConfig::new(budget as usize)), &trace)?;
     report(b, "default", &o);
     b.step(&format!("{CASE} / opt"));
     let capacity = (budget / page) as usize;
