@@ -637,7 +637,7 @@ impl Vmscan {
 
     /// One round of reclaim under the multi-generational LRU wanting `nr_to_reclaim` frames:
     /// evicts from the type whose oldest generation is older (file on a tie; anonymous only
-    /// when the owners can swap), `SWAP_CLUSTER_MAX` frames at a time, until it has what it
+    /// when the owners can swap), at most `SWAP_CLUSTER_MAX` frames at a time, until it has what it
     /// wants or has looked at twice the frames on the lists. The kernel's
     /// `lru_gen_shrink_lruvec` / `try_to_shrink_lruvec`.
     #[doc(alias = "lru_gen_shrink_lruvec")]
@@ -671,7 +671,8 @@ impl Vmscan {
             }
             let dirty_before = sc.nr_dirty;
             let before = budget;
-            let folios = self.lru_gen_isolate(pool, type_, SWAP_CLUSTER_MAX, &mut budget, &mut sc);
+            let want = (nr_to_reclaim - sc.nr_reclaimed).min(SWAP_CLUSTER_MAX);
+            let folios = self.lru_gen_isolate(pool, type_, want, &mut budget, &mut sc);
             if folios.is_empty() && budget == before {
                 empty[type_] = true;
                 continue;
