@@ -52,8 +52,11 @@ impl CacheStats {
 impl std::fmt::Display for CacheStats {
     /// `/proc/vmstat` style: one `name value` line per figure — the fields by their names, the
     /// LRU lists as `nr_inactive_anon` ... `nr_unevictable` (frames, as the kernel's `nr_*`
-    /// counts pages), the watermarks as `watermark_min`/`_low`/`_high`, then the cache's
-    /// counters ([`CacheStats::vmstat`]).
+    /// counts pages), the watermarks as `watermark_min`/`_low`/`_high`, under the
+    /// multi-generational LRU its state ([`CacheStats::lru_gen`]: `lru_gen_max_seq`, the frames
+    /// of each live generation as `lru_gen_<seq>_anon`/`_file`, the probation lists and target,
+    /// the protected tier index, the loop protection's counts), then the cache's counters
+    /// ([`CacheStats::vmstat`]).
     ///
     /// ```
     /// use quire::{CacheConfig, MemStore, PageCache};
@@ -65,6 +68,7 @@ impl std::fmt::Display for CacheStats {
     /// let text = cache.stats().to_string();
     /// assert!(text.lines().any(|l| l == "frames 1024"));
     /// assert!(text.lines().any(|l| l.starts_with("nr_inactive_file ")));
+    /// assert!(text.lines().any(|l| l.starts_with("lru_gen_max_seq ")));
     /// # Ok(())
     /// # }
     /// ```
@@ -91,6 +95,22 @@ impl std::fmt::Display for CacheStats {
         }
         for lru in Lru::ALL {
             writeln!(f, "nr_{} {}", lru.name(), self.lru(lru))?;
+        }
+        if let Some(g) = &self.lru_gen {
+            writeln!(f, "lru_gen_max_seq {}", g.max_seq)?;
+            writeln!(f, "lru_gen_min_seq_anon {}", g.min_seq[0])?;
+            writeln!(f, "lru_gen_min_seq_file {}", g.min_seq[1])?;
+            for &(seq, anon, file) in &g.gens {
+                writeln!(f, "lru_gen_{seq}_anon {anon}")?;
+                writeln!(f, "lru_gen_{seq}_file {file}")?;
+            }
+            writeln!(f, "lru_gen_probation_anon {}", g.probation[0])?;
+            writeln!(f, "lru_gen_probation_file {}", g.probation[1])?;
+            writeln!(f, "lru_gen_probation_target {}", g.probation_target)?;
+            writeln!(f, "lru_gen_tier_idx_anon {}", g.tier_idx[0])?;
+            writeln!(f, "lru_gen_tier_idx_file {}", g.tier_idx[1])?;
+            writeln!(f, "lru_gen_candidates_rejected {}", g.rejected)?;
+            writeln!(f, "lru_gen_candidates_admitted {}", g.admitted)?;
         }
         write!(f, "{}", self.vmstat)
     }
