@@ -16,10 +16,13 @@ use quire::store::MemStore;
 
 use common::{check_no_leak, pattern, quiet_config, same, Watchdog, PAGE};
 
-/// A cache of `capacity` bytes with base-page folios only (one page, one folio, one frame).
+/// A cache of `capacity` bytes with base-page folios only (one page, one folio, one frame) and
+/// no readahead beyond what a read asks for: the tests count a folio's references, and a
+/// readahead job holds one on each folio it reads (see [`settle`]).
 fn cache(capacity: usize) -> PageCache {
     let mut cfg = quiet_config(capacity);
     cfg.max_folio_order = 0;
+    cfg.readahead_max = 0;
     PageCache::new(cfg).unwrap()
 }
 
@@ -46,6 +49,24 @@ fn borrows(f: &CachedFile, index: u64) -> bool {
         2 => true,
         3 => false,
         n => panic!("page {index}: unexpected count {n} inside with_folio"),
+    }
+}
+
+/// Waits (2 s at most) until nothing but the index holds pages `pages` of `f`. A read of
+/// several pages reads the first itself and hands the rest to an I/O thread, whose job unlocks
+/// each folio before it drops its reference: on a loaded machine the reader can be woken and
+/// go on while the job still holds one.
+fn settle(f: &CachedFile, pages: std::ops::Range<u64>) {
+    let start = Instant::now();
+    for index in pages {
+        // The index's reference and the one `read_folio` returns.
+        while f.read_folio(index).unwrap().ref_count() != 2 {
+            assert!(
+                start.elapsed() < Duration::from_secs(2),
+                "page {index}: a reference is still held 2 s after the read"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
     }
 }
 
@@ -302,6 +323,7 @@ fn a_reader_borrows_as_the_handle_does() {
     let f = cache.open(MemStore::from_vec(data.clone())).unwrap();
     let mut all = vec![0; data.len()];
     f.read_exact_at(0, &mut all).unwrap();
+    settle(&f, 0..8);
     let before = Snapshot::take();
     let mut r = f.reader();
     for index in 0..8u64 {
