@@ -88,6 +88,7 @@
 //! |---|---|---|
 //! | [`filemap`] | `mm/filemap.c`, `mm/readahead.c`, `lib/errseq.c` | cached files: read, write, readahead, write-back |
 //! | [`store`] | the block layer below a file system | backing stores |
+//! | [`bio`] | `struct bio`, `blk_plug`, io_uring | the I/O engine under the stores: batches of requests in flight |
 //! | [`vmscan`] | `mm/vmscan.c`, `mm/swap.c`, `mm/workingset.c` | LRU lists, reclaim, kswapd, refault detection |
 //! | [`mem`] | page allocator, `struct folio` | the frame pool, buddy allocator and folios |
 //! | [`mm`] | `mm/memory.c`, `mm/rmap.c`, `mm/swap_state.c` | anonymous memory and file mappings on the cache's budget: spaces, faults, fork, swap, the reverse map |
@@ -103,6 +104,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
+pub mod bio;
 pub mod dcache;
 pub mod filemap;
 pub mod mem;

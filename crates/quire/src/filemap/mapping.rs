@@ -9,6 +9,7 @@ use std::time::Instant;
 
 use super::readahead::{folio_orders, RaWindow, Readahead};
 use super::{check_range, errno_of, Cache, FilemapError, FolioPtr, Result, DIRTY_MARK, PAGE_SIZE};
+use crate::bio::{Bio, BioEnd, BioOp};
 use crate::filemap::errseq::ErrSeq;
 use crate::mem::folio::{
     Folio, FolioGuard, FolioRef, FrozenFolio, ACTIVE, DIRTY, FRAME_SHIFT, READAHEAD, REFERENCED,
@@ -16,7 +17,7 @@ use crate::mem::folio::{
 };
 use crate::mem::pool::FramePool;
 use crate::stats::{count, Event};
-use crate::store::{Op, Store, StoreError};
+use crate::store::{Op, Result as StoreResult, Store, StoreError};
 use crate::sync::bitwait::WaitPolicy;
 use crate::sync::loom::SpinWait;
 use crate::sync::rcu;
@@ -52,7 +53,7 @@ pub(crate) struct Mapping {
     /// written to the store, exclusively while the store's length is set from the file's (a
     /// write-back cutting the store back after writing a whole last page, `set_len`). So a cut
     /// never uses a length read before another write-back extended the store past it.
-    pub(crate) store_len: RwLock<()>,
+    pub(crate) store_len: super::writeback::StoreLenLock,
     /// Frames of this file in the index.
     pub(crate) nr_frames: AtomicUsize,
     /// When the oldest data now dirty was dirtied (None when the file is clean).
@@ -87,49 +88,65 @@ pub(crate) enum IndexRef<'f, 'g, 'p> {
     Frozen(&'f mut FrozenFolio<'g, 'p>),
 }
 
-/// A locked folio handed to a readahead thread.
-pub(crate) struct ReadJob {
-    pub(crate) mapping: Arc<Mapping>,
-    pub(crate) folios: Vec<RawLocked>,
-}
-
 /// A locked folio with one reference, as raw parts.
 pub(crate) struct RawLocked(NonNull<Folio>);
 
 // SAFETY: the lock and the reference travel with the value; `Folio` is `Sync`.
 unsafe impl Send for RawLocked {}
 
-impl ReadJob {
-    /// Reads every folio of the job and unlocks it.
-    pub(crate) fn run(mut self) {
-        self.folios.reverse();
-        while let Some(RawLocked(ptr)) = self.folios.pop() {
-            // SAFETY: the job owns this lock and reference (given up with `into_raw` under the
-            // cache's policy), and the mapping it holds keeps the pool alive.
-            let mut g = unsafe {
-                self.mapping
-                    .pool()
-                    .guard_from_raw(ptr, self.mapping.policy())
-            };
-            if self.mapping.read_into(&mut g).is_ok() {
+/// What a read of a folio asks of the store: `want` bytes at `start`, of which the first
+/// `valid` are file data and the first `expected` must be on the store.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ReadPlan {
+    start: u64,
+    want: usize,
+    valid: usize,
+    expected: usize,
+}
+
+/// The end of a folio read submitted to the I/O engine ([`crate::bio`]): owns the folio's lock
+/// and reference, and the mapping (so the store and the pool) while the read is in flight.
+pub(crate) struct ReadEnd {
+    mapping: Arc<Mapping>,
+    folio: Option<RawLocked>,
+    plan: ReadPlan,
+}
+
+impl ReadEnd {
+    /// Takes the folio back as a guard.
+    fn guard(&mut self) -> Option<FolioGuard<'_>> {
+        let RawLocked(ptr) = self.folio.take()?;
+        // SAFETY: the lock and reference were given up with `into_raw` under the mapping's
+        // policy when this end was made, and are taken back once (`folio` is now `None`).
+        Some(unsafe {
+            self.mapping
+                .pool()
+                .guard_from_raw(ptr, self.mapping.policy())
+        })
+    }
+}
+
+impl BioEnd for ReadEnd {
+    fn store(&self) -> &dyn Store {
+        &*self.mapping.store
+    }
+
+    fn end_io(mut self: Box<Self>, done: usize, res: StoreResult<()>) {
+        let plan = self.plan;
+        let mapping = self.mapping.clone();
+        if let Some(mut g) = self.guard() {
+            if mapping.read_done(&mut g, plan, res.map(|()| done)).is_ok() {
                 count(Event::Readahead);
             }
         }
     }
 }
 
-impl Drop for ReadJob {
-    /// Unlocks what was not read (a store that panicked, or a job dropped unrun): the folios stay
-    /// not up to date, and the next reader reads them.
+impl Drop for ReadEnd {
+    /// A read dropped unrun (a store that panicked, an engine that stopped): the folio stays
+    /// not up to date and unlocked, and the next reader reads it.
     fn drop(&mut self) {
-        for RawLocked(ptr) in self.folios.drain(..) {
-            // SAFETY: as in `run`: the job owns this lock and reference.
-            drop(unsafe {
-                self.mapping
-                    .pool()
-                    .guard_from_raw(ptr, self.mapping.policy())
-            });
-        }
+        drop(self.guard());
     }
 }
 
@@ -154,7 +171,7 @@ impl Mapping {
             store_size: AtomicU64::new(size),
             errseq: ErrSeq::new(),
             invalidate_lock: RwLock::new(()),
-            store_len: RwLock::new(()),
+            store_len: Default::default(),
             nr_frames: AtomicUsize::new(0),
             dirtied_at: Mutex::new(None),
             handles: AtomicUsize::new(0),
@@ -341,6 +358,18 @@ impl Mapping {
         if g.is_uptodate() {
             return Ok(());
         }
+        let plan = self.read_plan(g);
+        let got = if plan.want > 0 {
+            let buf = g.bytes_mut().expect("not up to date");
+            self.store.read_full_at(plan.start, &mut buf[..plan.want])
+        } else {
+            Ok(0)
+        };
+        self.read_done(g, plan, got)
+    }
+
+    /// What reading the locked, not up-to-date folio `g` asks of the store.
+    fn read_plan(&self, g: &FolioGuard<'_>) -> ReadPlan {
         let start = g.index() << FRAME_SHIFT;
         let size = self.size();
         // Loaded before the read. Below the file's length it only grows while this folio is
@@ -348,36 +377,77 @@ impl Mapping {
         // end, after waiting for this folio's lock), so a read that ends below it did find the
         // store shorter than the cache left it.
         let on_store = self.store_size.load(Ordering::Acquire);
+        let len = g.nr_frames() << FRAME_SHIFT;
+        let valid = size.saturating_sub(start).min(len as u64) as usize;
+        // Read whole pages: an O_DIRECT store needs aligned lengths.
+        let want = ((valid as u64).div_ceil(PAGE_SIZE) as usize * PAGE_SIZE as usize).min(len);
+        let expected = on_store.saturating_sub(start).min(valid as u64) as usize;
+        ReadPlan {
+            start,
+            want,
+            valid,
+            expected,
+        }
+    }
+
+    /// Finishes the read of `g` as `plan` said, the store having returned `got` (bytes read
+    /// into the folio's first `plan.want`, or an error): zeroes what lies past the data and
+    /// marks the folio up to date, or sets ERROR.
+    fn read_done(
+        &self,
+        g: &mut FolioGuard<'_>,
+        plan: ReadPlan,
+        got: StoreResult<usize>,
+    ) -> Result<()> {
         let buf = g.bytes_mut().expect("not up to date");
-        let valid = size.saturating_sub(start).min(buf.len() as u64) as usize;
-        if valid > 0 {
-            // Read whole pages: an O_DIRECT store needs aligned lengths.
-            let want = (valid as u64).div_ceil(PAGE_SIZE) as usize * PAGE_SIZE as usize;
-            let want = want.min(buf.len());
-            let expected = on_store.saturating_sub(start).min(valid as u64) as usize;
-            match self.store.read_full_at(start, &mut buf[..want]) {
-                Ok(n) if n < expected => {
-                    g.set_error();
-                    return Err(FilemapError::Store(StoreError::Io {
-                        op: Op::Read,
-                        offset: start + n as u64,
-                        kind: std::io::ErrorKind::UnexpectedEof,
-                        errno: None,
-                    }));
-                }
-                Ok(n) => buf[n.min(valid)..].fill(0),
-                Err(e) => {
-                    g.set_error();
-                    return Err(e.into());
-                }
+        match got {
+            Ok(n) if n < plan.expected => {
+                g.set_error();
+                return Err(FilemapError::Store(StoreError::Io {
+                    op: Op::Read,
+                    offset: plan.start + n as u64,
+                    kind: std::io::ErrorKind::UnexpectedEof,
+                    errno: None,
+                }));
             }
-            buf[valid..].fill(0);
-        } else {
-            buf.fill(0);
+            Ok(n) => buf[n.min(plan.valid)..].fill(0),
+            Err(e) => {
+                g.set_error();
+                return Err(e.into());
+            }
         }
         g.clear_error();
         g.mark_uptodate();
         Ok(())
+    }
+
+    /// A request to read the locked, not-up-to-date folio `g` through the I/O engine, which
+    /// then owns its lock and reference. `Err(g)`: nothing to read from the store (the folio
+    /// lies past the data; [`Mapping::read_into`] zeroes it).
+    fn read_bio<'p>(&self, g: FolioGuard<'p>) -> std::result::Result<Bio, FolioGuard<'p>> {
+        let plan = self.read_plan(&g);
+        let Some(me) = self.this.upgrade() else {
+            return Err(g);
+        };
+        if plan.want == 0 {
+            return Err(g);
+        }
+        // The frames of a locked, not-up-to-date folio: nobody else reads or writes them until
+        // the request's end marks the folio up to date and unlocks it.
+        debug_assert!(!g.is_uptodate());
+        let buf = g.pool().frame_ptr(g.pfn());
+        let (ptr, _) = g.into_raw();
+        Ok(Bio {
+            op: BioOp::Read,
+            offset: plan.start,
+            buf,
+            len: plan.want,
+            end: Box::new(ReadEnd {
+                mapping: me,
+                folio: Some(RawLocked(ptr)),
+                plan,
+            }),
+        })
     }
 
     /// Marks an access to a folio the caller holds (see `vmscan/swap.rs`).
@@ -414,9 +484,24 @@ impl Mapping {
                 return Ok(None);
             }
             count(Event::PageCacheMisses);
-            let window = ra.on_miss(index, req);
+            let mut window = ra.on_miss(index, req);
+            // A large random request is read in fair shares too: the rest misses again.
+            window.size = window.size.min(self.ra_cap());
             self.readahead(window, Some(index))?;
         }
+    }
+
+    /// This mapping, counted (for requests in flight, which keep it alive).
+    pub(crate) fn this(&self) -> Option<Arc<Mapping>> {
+        self.this.upgrade()
+    }
+
+    /// The most pages one readahead window (or one random request's read) may take: an
+    /// eighth of the budget, so that a window never evicts what the stream is about to read,
+    /// nor most of what other files cache (a 1 MiB read on a 1 MiB budget is read 32 pages at
+    /// a time). At least one page.
+    pub(crate) fn ra_cap(&self) -> u64 {
+        (self.pool().nr_frames() as u64 / 8).max(1)
     }
 
     /// The marker folio `f` was reached: read the stream's next window asynchronously.
@@ -478,27 +563,20 @@ impl Mapping {
                 ahead.push(g);
             }
         }
-        if !ahead.is_empty() {
-            match self.this.upgrade() {
-                Some(me) if self.cache.config.io_threads > 0 => {
-                    let folios = ahead
-                        .into_iter()
-                        .map(|g| RawLocked(g.into_raw().0))
-                        .collect();
-                    self.cache.workers.submit(ReadJob {
-                        mapping: me,
-                        folios,
-                    });
-                }
-                _ => {
-                    for mut g in ahead {
-                        if self.read_into(&mut g).is_ok() {
-                            count(Event::Readahead);
-                        }
+        // The window but the folio the caller waits for, as one batch (the kernel's plug);
+        // the caller's folio is read here meanwhile, so its errors come back typed.
+        let mut batch = Vec::with_capacity(ahead.len());
+        for g in ahead {
+            match self.read_bio(g) {
+                Ok(bio) => batch.push(bio),
+                Err(mut g) => {
+                    if self.read_into(&mut g).is_ok() {
+                        count(Event::Readahead);
                     }
                 }
             }
         }
+        self.cache.bio.submit(batch);
         match sync_guard {
             Some(mut g) => self.read_into(&mut g),
             None => Ok(()),

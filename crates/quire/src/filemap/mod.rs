@@ -84,6 +84,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
+use crate::bio::IoEngineChoice;
 use crate::mem::folio::{Folio, FolioGuard, FolioRef, FRAME_SHIFT};
 use crate::mem::pool::{FramePool, PoolError};
 use crate::stats::Snapshot;
@@ -133,7 +134,8 @@ pub const MAX_FILE_SIZE: u64 = crate::store::MAX_OFFSET & !(PAGE_SIZE - 1);
 pub struct CacheConfig {
     /// The memory budget: the frame pool's size (a multiple of 4 KiB).
     pub capacity: usize,
-    /// The largest readahead window per handle (0 disables readahead). Default 2 MiB.
+    /// The largest readahead window per handle (0 disables readahead). Default 2 MiB. Windows
+    /// (and the reads of large random requests) never take more than an eighth of the budget.
     pub readahead_max: usize,
     /// The largest folio order used for readahead and large writes (0..=9). Default 9 (2 MiB).
     pub max_folio_order: u32,
@@ -145,8 +147,14 @@ pub struct CacheConfig {
     pub dirty_expire: Duration,
     /// How often the flusher wakes up on its own. Default 500 ms.
     pub flush_interval: Duration,
-    /// Threads that read ahead asynchronously. Default 2 (0: readahead is synchronous).
+    /// Blocking I/O threads of the engine: all of its I/O with [`crate::bio::IoEngineKind::Threads`], the
+    /// I/O of stores without a file descriptor with io_uring. Default 2 (0: requests run on
+    /// the thread that submits them, so readahead is synchronous).
     pub io_threads: usize,
+    /// The I/O engine under the stores (see [`crate::bio`]). Default
+    /// [`IoEngineChoice::Auto`] (io_uring where the kernel allows it), or what
+    /// `QUIRE_IO_ENGINE` names.
+    pub io_engine: IoEngineChoice,
     /// The folio lock's wait policy (the default is the exact one; others are for benchmarks).
     #[doc(hidden)] // a "before" policy for `quire bench`
     pub wait_policy: WaitPolicy,
@@ -185,6 +193,7 @@ impl CacheConfig {
             dirty_expire: Duration::from_secs(5),
             flush_interval: Duration::from_millis(500),
             io_threads: 2,
+            io_engine: IoEngineChoice::from_env().unwrap_or_default(),
             wait_policy: WaitPolicy::Exact,
             add_walks: AddWalks::Single,
             alloc_timeout: Duration::from_secs(5),
@@ -327,6 +336,8 @@ pub(crate) struct Cache {
     /// Reclaim: the LRU lists, workingset, background reclaim.
     vm: Vmscan,
     workers: workers::Workers,
+    /// The I/O engine: reads and writes of folios in batches.
+    pub(crate) bio: crate::bio::Engine,
     /// The anonymous memory on this cache's budget, if any (see [`crate::mm`]): where reclaim
     /// sends anonymous folios.
     anon: std::sync::RwLock<Option<Weak<dyn vmscan::AnonOwner>>>,
@@ -455,6 +466,7 @@ impl Drop for Cache {
     fn drop(&mut self) {
         self.vm.stop();
         self.workers.stop();
+        self.bio.stop();
         // Batched folios hold references, which must be put before the pool goes.
         self.vm.drain_all(&self.pool);
     }
@@ -484,6 +496,12 @@ impl PageCache {
             )));
         }
         let pool = FramePool::new(config.capacity)?;
+        let bio = crate::bio::Engine::start(
+            config.io_engine,
+            config.io_threads,
+            (pool.base(), pool.capacity()),
+        )
+        .map_err(FilemapError::Threads)?;
         let vm = Vmscan::new(VmConfig {
             policy: config.reclaim,
             workingset: config.workingset,
@@ -502,6 +520,7 @@ impl PageCache {
             writeback: AtomicUsize::new(0),
             vm,
             workers: workers::Workers::new(),
+            bio,
             anon: std::sync::RwLock::new(None),
             config,
         });
@@ -573,6 +592,8 @@ impl PageCache {
             nonresident_age: c.vm.nonresident_age(),
             watermarks: c.vm.watermarks(),
             lru_gen: c.vm.lru_gen_stats(&c.pool),
+            io_engine: c.bio.info().clone(),
+            io: c.bio.stats(),
             vmstat: c.vm.counters.snapshot(),
         }
     }
@@ -677,7 +698,8 @@ pub struct CachedFile {
 
 impl CachedFile {
     fn new(mapping: Arc<Mapping>) -> CachedFile {
-        let max = (mapping.cache.config.readahead_max as u64) >> FRAME_SHIFT;
+        let max =
+            ((mapping.cache.config.readahead_max as u64) >> FRAME_SHIFT).min(mapping.ra_cap());
         mapping.handles.fetch_add(1, Ordering::Relaxed);
         let since = mapping.errseq.sample();
         CachedFile {

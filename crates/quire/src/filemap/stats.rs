@@ -36,6 +36,10 @@ pub struct CacheStats {
     /// The multi-generational LRU's generations, tiers and feedback (the kernel's debugfs
     /// `lru_gen`); `None` under the other policies.
     pub lru_gen: Option<crate::vmscan::LruGenStats>,
+    /// The I/O engine under the stores, and why it was chosen ([`crate::bio`]).
+    pub io_engine: crate::bio::EngineInfo,
+    /// What the I/O engine did: requests, submissions, resubmissions, errors, depth.
+    pub io: crate::bio::EngineStats,
     /// This cache's counters since it was made: reclaim, refaults, batches
     /// (`pgscan`, `pgsteal`, `workingset_refault`, ... as in `/proc/vmstat`). Events counted
     /// only globally ([`crate::stats`]) read 0 here.
@@ -55,7 +59,8 @@ impl std::fmt::Display for CacheStats {
     /// counts pages), the watermarks as `watermark_min`/`_low`/`_high`, under the
     /// multi-generational LRU its state ([`CacheStats::lru_gen`]: `lru_gen_max_seq`, the frames
     /// of each live generation as `lru_gen_<seq>_anon`/`_file`, the probation lists and target,
-    /// the protected tier index, the loop protection's counts), then the cache's counters
+    /// the protected tier index, the loop protection's counts), the I/O engine (`io_engine
+    /// io_uring` or `threads`, then its `io_*` counts), then the cache's counters
     /// ([`CacheStats::vmstat`]).
     ///
     /// ```
@@ -112,6 +117,14 @@ impl std::fmt::Display for CacheStats {
             writeln!(f, "lru_gen_candidates_rejected {}", g.rejected)?;
             writeln!(f, "lru_gen_candidates_admitted {}", g.admitted)?;
         }
+        writeln!(f, "io_engine {}", self.io_engine.kind)?;
+        let io = &self.io;
+        writeln!(f, "io_submitted {}", io.submitted)?;
+        writeln!(f, "io_batches {}", io.batches)?;
+        writeln!(f, "io_resubmitted {}", io.resubmitted)?;
+        writeln!(f, "io_errors {}", io.errors)?;
+        writeln!(f, "io_in_flight {}", io.in_flight)?;
+        writeln!(f, "io_max_in_flight {}", io.max_in_flight)?;
         write!(f, "{}", self.vmstat)
     }
 }

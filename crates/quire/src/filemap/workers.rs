@@ -1,20 +1,17 @@
-//! The cache's background threads: the flusher (write-back) and the readahead I/O threads.
+//! The cache's flusher thread (write-back). The I/O threads are the engine's ([`crate::bio`]).
 //!
-//! The threads hold only the shared queue state and a weak reference to the cache, so the cache
-//! goes away when its last user does; its drop tells the threads to stop (it does not join them,
-//! since it may be running on one of them — a readahead job can hold the last reference).
+//! The thread holds only the shared state and a weak reference to the cache, so the cache goes
+//! away when its last user does; its drop tells the thread to stop (it does not join it, since
+//! it may be running on it — a write-back can hold the last reference).
 
-use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::Duration;
 
-use super::mapping::ReadJob;
 use super::{writeback, Cache, CacheConfig};
 
 #[derive(Default)]
 struct State {
     stop: bool,
-    jobs: VecDeque<ReadJob>,
     kicked: bool,
     /// Reclaim met dirty folios at the inactive tail: the next pass writes back every file.
     for_reclaim: bool,
@@ -25,7 +22,6 @@ struct State {
 #[derive(Default)]
 struct Shared {
     state: Mutex<State>,
-    io: Condvar,
     flush: Condvar,
     pass_done: Condvar,
 }
@@ -42,40 +38,14 @@ impl Workers {
         }
     }
 
-    /// Starts the flusher and `config.io_threads` readahead threads for `cache`. On an error
-    /// the threads already started are told to stop.
+    /// Starts the flusher for `cache`.
     pub(crate) fn spawn(&self, cache: Weak<Cache>, config: &CacheConfig) -> std::io::Result<()> {
-        let started = (|| {
-            let shared = self.shared.clone();
-            let interval = config.flush_interval;
-            std::thread::Builder::new()
-                .name("quire-flush".into())
-                .spawn(move || flusher(cache, shared, interval))?;
-            for i in 0..config.io_threads {
-                let shared = self.shared.clone();
-                std::thread::Builder::new()
-                    .name(format!("quire-io-{i}"))
-                    .spawn(move || io_thread(shared))?;
-            }
-            Ok(())
-        })();
-        if started.is_err() {
-            self.stop();
-        }
-        started
-    }
-
-    /// Queues a readahead job.
-    pub(crate) fn submit(&self, job: ReadJob) {
-        let mut st = self.shared.state.lock().unwrap();
-        if st.stop {
-            drop(st);
-            job.run();
-            return;
-        }
-        st.jobs.push_back(job);
-        drop(st);
-        self.shared.io.notify_one();
+        let shared = self.shared.clone();
+        let interval = config.flush_interval;
+        std::thread::Builder::new()
+            .name("quire-flush".into())
+            .spawn(move || flusher(cache, shared, interval))?;
+        Ok(())
     }
 
     /// Wakes the flusher.
@@ -117,10 +87,9 @@ impl Workers {
         }
     }
 
-    /// Tells the threads to stop once their queue is empty.
+    /// Tells the flusher to stop.
     pub(crate) fn stop(&self) {
         self.shared.state.lock().unwrap().stop = true;
-        self.shared.io.notify_all();
         self.shared.flush.notify_all();
         self.shared.pass_done.notify_all();
     }
@@ -155,23 +124,5 @@ fn flusher(cache: Weak<Cache>, shared: Arc<Shared>, interval: Duration) {
                 break;
             }
         }
-    }
-}
-
-fn io_thread(shared: Arc<Shared>) {
-    loop {
-        let job = {
-            let mut st = shared.state.lock().unwrap();
-            loop {
-                if let Some(job) = st.jobs.pop_front() {
-                    break job;
-                }
-                if st.stop {
-                    return;
-                }
-                st = shared.io.wait(st).unwrap();
-            }
-        };
-        job.run();
     }
 }

@@ -10,14 +10,17 @@
 //! is made dirty again before WRITEBACK is cleared (rule 6 of docs/RULES.md) and the error is recorded
 //! in the file's error sequence.
 
-use std::ptr;
+use std::ptr::{self, NonNull};
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
 use super::mapping::Mapping;
 use super::{Cache, FilemapError, Result, DIRTY_MARK, WRITEBACK_MARK};
+use crate::bio::{Bio, BioEnd, BioOp};
 use crate::mem::folio::{Folio, FolioGuard, FolioRef, FRAME_SHIFT};
 use crate::stats::{count, Event};
+use crate::store::Store;
 use crate::trace::slow_path;
 use crate::xarray::Entry;
 
@@ -36,6 +39,10 @@ impl Mapping {
             }
             std::ops::ControlFlow::Continue(())
         });
+        // Folios written through the I/O engine: submitted in batches of up to `WB_BATCH`
+        // (the kernel's plug around `write_cache_pages`); their ends report to `inflight`.
+        let inflight: Arc<WbInFlight> = Arc::default();
+        let mut batch = Vec::new();
         let mut first_err = None;
         for index in targets {
             let Some(f) = self.find_get(index) else {
@@ -58,10 +65,28 @@ impl Mapping {
                 }
                 g.wait_writeback_with(policy);
             }
-            if let Err(e) = self.write_folio(g) {
-                first_err.get_or_insert(e);
+            match self.write_folio_bio(g, &inflight) {
+                Ok(Some(bio)) => {
+                    batch.push(bio);
+                    if batch.len() >= WB_BATCH {
+                        self.cache.bio.submit(std::mem::take(&mut batch));
+                    }
+                }
+                Ok(None) => {}
+                Err(g) => {
+                    // Written here (the page holding the end of the file): what was batched
+                    // goes first, as this write may wait for every write-back of the file.
+                    self.cache.bio.submit(std::mem::take(&mut batch));
+                    if let Err(e) = self.write_folio(g) {
+                        first_err.get_or_insert(e);
+                    }
+                }
             }
         }
+        self.cache.bio.submit(batch);
+        // This call's requests end before it returns, with or without `wait`: the flusher's
+        // passes then pace writers at the dirty limit by write-back actually done.
+        inflight.wait();
         if wait {
             let mut busy = Vec::new();
             self.pages
@@ -83,12 +108,65 @@ impl Mapping {
                 *at = None;
             }
         }
+        if first_err.is_none() {
+            first_err = inflight.first_err.lock().unwrap().take();
+        }
         first_err.map_or(Ok(()), Err)
     }
 
-    /// Writes one locked folio to the store if it is dirty. The lock is dropped for the I/O.
+    /// Writes one locked folio to the store if it is dirty, here. The lock is dropped for the
+    /// I/O.
     pub(crate) fn write_folio(&self, g: FolioGuard<'_>) -> Result<()> {
-        let policy = self.policy();
+        let Some(f) = self.begin_writeback(g) else {
+            return Ok(());
+        };
+        let result = self.write_out(&f);
+        self.end_writeback(&f, result)
+    }
+
+    /// Starts the write-back of the locked folio `g` through the I/O engine: the request to
+    /// submit (`Ok(Some)`), nothing to write (`Ok(None)`: not dirty), or `Err(g)` when the
+    /// folio must be written with [`Mapping::write_folio`] instead: it holds the end of the file
+    /// (an aligned store then gets a whole page and is cut back, under `store_len` held
+    /// exclusively) or lies past it.
+    fn write_folio_bio<'p>(
+        &self,
+        g: FolioGuard<'p>,
+        inflight: &Arc<WbInFlight>,
+    ) -> std::result::Result<Option<Bio>, FolioGuard<'p>> {
+        let start = g.index() << FRAME_SHIFT;
+        let len = g.size();
+        if start + len as u64 > self.size() {
+            return Err(g);
+        }
+        let Some(me) = self.this() else {
+            return Err(g);
+        };
+        let Some(f) = self.begin_writeback(g) else {
+            return Ok(None);
+        };
+        // The frames of a folio under write-back: writers wait for it and nobody removes it
+        // until it ends, so the bytes stay put while the engine reads them.
+        let buf = f.pool().frame_ptr(f.pool().pfn_of_desc(&f));
+        // Shared until the request ends, as a write here holds it (see `store_len`).
+        self.store_len.share();
+        *inflight.pending.lock().unwrap() += 1;
+        Ok(Some(Bio {
+            op: BioOp::Write,
+            offset: start,
+            buf,
+            len,
+            end: Box::new(WriteEnd {
+                mapping: me,
+                folio: Some(f.into_raw()),
+                inflight: inflight.clone(),
+            }),
+        }))
+    }
+
+    /// The start of a folio's write-back: takes the writes the spaces recorded, moves it from
+    /// dirty to write-back (flags, marks, counts) and unlocks it. `None` if it was not dirty.
+    fn begin_writeback<'p>(&self, g: FolioGuard<'p>) -> Option<FolioRef<'p>> {
         let index = g.index();
         let frames = g.nr_frames();
         if g.is_mapped() && g.is_dirty() {
@@ -98,7 +176,7 @@ impl Mapping {
             self.mkclean_folio(&g);
         }
         if !g.clear_dirty() {
-            return Ok(());
+            return None;
         }
         // Counted under write-back before it leaves the dirty count, so the dirty limit never
         // sees these frames in neither.
@@ -114,8 +192,16 @@ impl Mapping {
             xa.set_mark(index, WRITEBACK_MARK);
             xa.clear_mark(index, DIRTY_MARK);
         }
-        let f = g.unlock();
-        let result = self.write_out(&f);
+        Some(g.unlock())
+    }
+
+    /// The end of a folio's write-back, which wrote its bytes with `result`: on an error the
+    /// folio is dirty again and the error recorded for every handle; then WRITEBACK is cleared
+    /// and its waiters woken.
+    #[doc(alias = "folio_end_writeback")]
+    fn end_writeback(&self, f: &FolioRef<'_>, result: crate::store::Result<()>) -> Result<()> {
+        let index = f.index();
+        let frames = f.nr_frames();
         match &result {
             Ok(()) => {
                 count(Event::Writeback);
@@ -131,21 +217,21 @@ impl Mapping {
                 if !f.set_dirty() {
                     self.cache.dirty.fetch_add(frames, Ordering::Relaxed);
                 }
-                self.set_mark_if_mapped(&f, index, DIRTY_MARK, true);
+                self.set_mark_if_mapped(f, index, DIRTY_MARK, true);
                 self.dirtied_at
                     .lock()
                     .unwrap()
                     .get_or_insert_with(Instant::now);
             }
         }
-        self.set_mark_if_mapped(&f, index, WRITEBACK_MARK, false);
+        self.set_mark_if_mapped(f, index, WRITEBACK_MARK, false);
         self.cache.writeback.fetch_sub(frames, Ordering::Relaxed);
         // Reclaim was waiting for this write-back: the folio goes to the inactive tail, to be
         // reclaimed next (unless the write failed and it is dirty again).
         if f.clear_reclaim() {
-            self.cache.vm.rotate_reclaimable(self.pool(), &f);
+            self.cache.vm.rotate_reclaimable(self.pool(), f);
         }
-        f.end_writeback_with(policy);
+        f.end_writeback_with(self.policy());
         result.map_err(Into::into)
     }
 
@@ -177,7 +263,7 @@ impl Mapping {
         let align = self.store.alignment().max(1);
         let out = len.div_ceil(align).saturating_mul(align).min(bytes.len());
         {
-            let _shared = self.store_len.read().unwrap();
+            let _shared = self.store_len.shared();
             self.store.write_all_at(start, &bytes[..out])?;
             // The store now holds the file's data up to here (a page past the end is cut back
             // to no less below). Raised under `store_len`, so that a cut (which holds it
@@ -189,7 +275,7 @@ impl Mapping {
             // The page past the end went out whole; cut the store back to the file's length,
             // read with no other write-back in flight (one that extended the file and the
             // store after a read of the length here would otherwise be cut off).
-            let _excl = self.store_len.write().unwrap();
+            let _excl = self.store_len.exclusive();
             self.store.set_len(self.size().max(start + len as u64))?;
         }
         Ok(())
@@ -201,6 +287,173 @@ impl Mapping {
             .lock()
             .unwrap()
             .is_some_and(|t| now.duration_since(t) >= self.cache.config.dirty_expire)
+    }
+}
+
+/// Folios a write-back submits to the I/O engine at a time.
+const WB_BATCH: usize = 64;
+
+/// The end of a folio write submitted to the I/O engine: owns the folio's reference (it is
+/// under write-back, unlocked), a share of `store_len`, and the mapping while the write is in
+/// flight.
+struct WriteEnd {
+    mapping: Arc<Mapping>,
+    folio: Option<NonNull<Folio>>,
+    /// The write-back call that submitted it.
+    inflight: Arc<WbInFlight>,
+}
+
+/// The requests one write-back call has in flight, and the first error among them.
+#[derive(Default)]
+struct WbInFlight {
+    pending: Mutex<usize>,
+    ended: Condvar,
+    first_err: Mutex<Option<FilemapError>>,
+}
+
+impl WbInFlight {
+    /// One request ended with `res`.
+    fn end(&self, res: Result<()>) {
+        if let Err(e) = res {
+            self.first_err.lock().unwrap().get_or_insert(e);
+        }
+        let mut n = self.pending.lock().unwrap();
+        *n -= 1;
+        if *n == 0 {
+            self.ended.notify_all();
+        }
+    }
+
+    /// Waits until every request ended.
+    fn wait(&self) {
+        let mut n = self.pending.lock().unwrap();
+        while *n > 0 {
+            n = self.ended.wait(n).unwrap();
+        }
+    }
+}
+
+// SAFETY: the reference travels with the value; `Folio` is `Sync`.
+unsafe impl Send for WriteEnd {}
+
+impl BioEnd for WriteEnd {
+    fn store(&self) -> &dyn Store {
+        &*self.mapping.store
+    }
+
+    fn end_io(mut self: Box<Self>, _done: usize, res: crate::store::Result<()>) {
+        let m = self.mapping.clone();
+        let Some(raw) = self.folio.take() else {
+            return;
+        };
+        // SAFETY: the reference was given up with `into_raw` on a folio of this mapping's pool
+        // when the request was made, and is taken back once (`folio` is now `None`).
+        let f = unsafe { m.pool().ref_from_raw(raw) };
+        if res.is_ok() {
+            // The store holds the folio's bytes now: raised before the write-back ends, so a
+            // cut that waited for it reads the raised length.
+            let end = (f.index() << FRAME_SHIFT) + f.size() as u64;
+            m.store_size.fetch_max(end, Ordering::AcqRel);
+        }
+        m.store_len.unshare();
+        let r = m.end_writeback(&f, res);
+        self.inflight.end(r);
+    }
+}
+
+impl Drop for WriteEnd {
+    /// A write dropped unrun (a store that panicked, an engine that stopped): the data stays,
+    /// dirty again, and the error is recorded.
+    fn drop(&mut self) {
+        if let Some(raw) = self.folio.take() {
+            let m = self.mapping.clone();
+            // SAFETY: as in `end_io`.
+            let f = unsafe { m.pool().ref_from_raw(raw) };
+            m.store_len.unshare();
+            let err = crate::store::StoreError::Io {
+                op: crate::store::Op::Write,
+                offset: f.index() << FRAME_SHIFT,
+                kind: std::io::ErrorKind::Other,
+                errno: Some(libc::EIO),
+            };
+            let r = m.end_writeback(&f, Err(err));
+            self.inflight.end(r);
+        }
+    }
+}
+
+/// Orders the store's length changes against write-back ([`Mapping::store_len`]): a lock with
+/// shared and exclusive holders that is not tied to a thread, since a write submitted to the
+/// I/O engine holds its share from submission until its completion runs, on another thread.
+///
+/// | state | meaning |
+/// |---|---|
+/// | `shared` | writes to the store in flight (each holds one share) |
+/// | `exclusive` | a length change is being made from the file's length |
+///
+/// Shares are taken while no exclusive holder is in; an exclusive holder waits for the
+/// shares to go. There is no writer preference: a thread may hold shares (of requests it has
+/// queued and not submitted yet) and take another, so a waiting exclusive holder must not block
+/// new shares, or that thread and it would wait for each other.
+#[derive(Default)]
+pub(crate) struct StoreLenLock {
+    state: Mutex<(usize, bool)>,
+    changed: Condvar,
+}
+
+/// A share of a [`StoreLenLock`] held by the thread that took it.
+pub(crate) struct SharedLen<'a>(&'a StoreLenLock);
+
+impl Drop for SharedLen<'_> {
+    fn drop(&mut self) {
+        self.0.unshare();
+    }
+}
+
+/// The exclusive hold of a [`StoreLenLock`].
+pub(crate) struct ExclusiveLen<'a>(&'a StoreLenLock);
+
+impl Drop for ExclusiveLen<'_> {
+    fn drop(&mut self) {
+        self.0.state.lock().unwrap().1 = false;
+        self.0.changed.notify_all();
+    }
+}
+
+impl StoreLenLock {
+    /// Takes a share, to be given back with [`StoreLenLock::unshare`] (by any thread).
+    pub(crate) fn share(&self) {
+        let mut st = self.state.lock().unwrap();
+        while st.1 {
+            st = self.changed.wait(st).unwrap();
+        }
+        st.0 += 1;
+    }
+
+    /// Gives back a share.
+    pub(crate) fn unshare(&self) {
+        let mut st = self.state.lock().unwrap();
+        st.0 -= 1;
+        if st.0 == 0 {
+            drop(st);
+            self.changed.notify_all();
+        }
+    }
+
+    /// A share for the calling thread's scope.
+    pub(crate) fn shared(&self) -> SharedLen<'_> {
+        self.share();
+        SharedLen(self)
+    }
+
+    /// Waits until nobody holds a share or the lock, and takes it exclusively.
+    pub(crate) fn exclusive(&self) -> ExclusiveLen<'_> {
+        let mut st = self.state.lock().unwrap();
+        while st.1 || st.0 > 0 {
+            st = self.changed.wait(st).unwrap();
+        }
+        st.1 = true;
+        ExclusiveLen(self)
     }
 }
 

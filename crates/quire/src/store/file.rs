@@ -217,4 +217,9 @@ impl Store for FileStore {
             1
         }
     }
+
+    /// The file itself: its reads and writes are plain `pread`/`pwrite`.
+    fn io_fd(&self) -> Option<BorrowedFd<'_>> {
+        Some(self.fd.as_fd())
+    }
 }

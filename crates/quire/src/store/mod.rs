@@ -261,6 +261,15 @@ pub trait Store: Send + Sync {
         1
     }
 
+    /// A file descriptor whose `pread`/`pwrite` at the same offsets are this store's reads and
+    /// writes (same alignment rules), for an I/O engine to submit them asynchronously
+    /// ([`crate::bio`]: io_uring). `None` (the default): the engine calls
+    /// [`Store::read_at`]/[`Store::write_at`] on its threads — the choice for any store that
+    /// does more than plain file I/O.
+    fn io_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        None
+    }
+
     /// Whether the store is empty.
     fn is_empty(&self) -> Result<bool> {
         Ok(self.len()? == 0)
@@ -322,6 +331,9 @@ macro_rules! forward_store {
             }
             fn alignment(&self) -> usize {
                 (**self).alignment()
+            }
+            fn io_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+                (**self).io_fd()
             }
         }
     )*};

@@ -28,7 +28,7 @@ impl Mapping {
             if len > old {
                 self.zero_eof_tail()?;
             }
-            let _len = self.store_len.write().unwrap();
+            let _len = self.store_len.exclusive();
             // A cut of the store that failed earlier is made now, so that bytes past the old end
             // never come back as file data.
             if self.store.len()? > old {
@@ -75,7 +75,7 @@ impl Mapping {
                 }
             }
         }
-        let _len = self.store_len.write().unwrap();
+        let _len = self.store_len.exclusive();
         self.store.set_len(len)?;
         // Every write-back that raised it has ended (folios past the end were waited for and
         // the raise happens under `store_len`, held exclusively here).

@@ -1,0 +1,348 @@
+//! Block I/O beneath the stores: requests submitted in batches to an engine that keeps many of
+//! them in flight, after the kernel's `bio`, `blk_plug` and completion path.
+//!
+//! A [`Bio`] moves bytes between **frame memory** (a locked folio being read, a folio under
+//! write-back) and a [`Store`], at a byte offset. Whoever builds it gives it a [`BioEnd`]: the
+//! owner of everything the request needs while it is in flight (the folio's lock and
+//! reference, the mapping that keeps the store and the pool alive) and the code that runs when
+//! it is over (`end_io`: mark the folio up to date and unlock it, or end its write-back). The
+//! submitter does not wait: it hands a batch to [`Engine::submit`] and goes on, the way the
+//! kernel's readahead submits a window of bios under one plug and returns.
+//!
+//! # Engines
+//!
+//! | engine | chosen when | how requests run |
+//! |---|---|---|
+//! | [`IoEngineKind::IoUring`] | the kernel gives this process an io_uring ([`IoEngineChoice::Auto`] or `IoUring`) | a batch is one `io_uring_enter`; one reaper thread waits for completions and runs `end_io`; short transfers and `EINTR`/`EAGAIN` are resubmitted from there. The pool's frames are registered as fixed buffers where the kernel allows (no page pinning per request). Requests for stores without a file descriptor ([`Store::io_fd`] is `None`: user stores, [`crate::store::MemStore`], [`crate::store::FaultyStore`]) go to the threads below. |
+//! | [`IoEngineKind::Threads`] | io_uring is refused (`kernel.io_uring_disabled`, seccomp, `EPERM`, an old kernel) or `Threads` is asked for | a few blocking threads ([`crate::CacheConfig::io_threads`]) take requests from a queue and call the store's `read_at`/`write_at`; with 0 threads a batch runs on the submitter. |
+//!
+//! The engine is chosen when the cache is made and never changes; [`EngineInfo`] says which and
+//! why (in [`crate::CacheStats`]). `QUIRE_IO_ENGINE=threads` (or `io_uring`, `auto`) in the
+//! environment overrides [`crate::CacheConfig::io_engine`]'s default, so a whole test run can
+//! use the fallback.
+//!
+//! # What a request promises
+//!
+//! - Its buffer is frame memory that its `BioEnd` keeps (locked or under write-back, with a
+//!   reference) until `end_io` has run; never a caller's buffer, so a caller that gives up
+//!   waiting (a dropped future) leaves nothing the kernel still writes into.
+//! - `end_io` runs exactly once, with the bytes moved and the first error, after the engine
+//!   retried what may be retried: a read goes on until it is full, the store returns 0 (its
+//!   end), or a transfer ends off the store's alignment (how `O_DIRECT` reports the end of a
+//!   file); a write goes on until all is written (0 bytes written is [`StoreError::WriteZero`]).
+//! - The number of requests in flight is bounded by the ring's completion queue; a submitter
+//!   that finds it full waits for completions (the kernel's request-queue depth).
+
+mod threads;
+mod uring;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crate::store::{Op, Store, StoreError};
+
+/// Which engine a cache asks for.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum IoEngineChoice {
+    /// io_uring where the kernel allows it, else threads (the default).
+    #[default]
+    Auto,
+    /// io_uring; the cache still starts with threads if the kernel refuses it (the reason is in
+    /// [`EngineInfo::reason`]).
+    IoUring,
+    /// Blocking threads only.
+    Threads,
+}
+
+impl IoEngineChoice {
+    /// The choice `QUIRE_IO_ENGINE` names (`auto`, `io_uring`/`io-uring`/`uring`, `threads`),
+    /// if it is set to one of them.
+    pub fn from_env() -> Option<IoEngineChoice> {
+        match std::env::var("QUIRE_IO_ENGINE").ok()?.as_str() {
+            "auto" => Some(IoEngineChoice::Auto),
+            "io_uring" | "io-uring" | "uring" => Some(IoEngineChoice::IoUring),
+            "threads" => Some(IoEngineChoice::Threads),
+            _ => None,
+        }
+    }
+}
+
+/// The engine a cache runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum IoEngineKind {
+    /// io_uring, with blocking threads for stores that have no file descriptor.
+    IoUring,
+    /// Blocking threads.
+    Threads,
+}
+
+impl std::fmt::Display for IoEngineKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            IoEngineKind::IoUring => "io_uring",
+            IoEngineKind::Threads => "threads",
+        })
+    }
+}
+
+/// Which engine runs and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EngineInfo {
+    /// The engine.
+    pub kind: IoEngineKind,
+    /// Why: what was asked for and, where io_uring is not used, what refused it; whether the
+    /// frames are registered as fixed buffers.
+    pub reason: String,
+}
+
+/// Counts of an engine's work.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EngineStats {
+    /// Requests submitted (each counted once, however often it was resubmitted).
+    pub submitted: u64,
+    /// Submissions to the kernel (`io_uring_enter` calls that submitted requests); with
+    /// threads, batches handed to the queue.
+    pub batches: u64,
+    /// Resubmissions after a short transfer or `EINTR`/`EAGAIN`.
+    pub resubmitted: u64,
+    /// Requests that ended with an error.
+    pub errors: u64,
+    /// Requests in flight right now.
+    pub in_flight: u64,
+    /// The most requests in flight at once.
+    pub max_in_flight: u64,
+}
+
+/// The direction of a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum BioOp {
+    /// Store to frames.
+    Read,
+    /// Frames to store.
+    Write,
+}
+
+/// The owner of a request's resources and its completion; see the [module docs](self).
+pub(crate) trait BioEnd: Send {
+    /// The store the request is for; it lives as long as `self`.
+    fn store(&self) -> &dyn Store;
+    /// The request is over: `done` bytes moved, then `res` (the error that stopped it, if
+    /// any). Runs once, on an engine thread or on the submitter.
+    fn end_io(self: Box<Self>, done: usize, res: Result<(), StoreError>);
+}
+
+/// One request: `len` bytes between frame memory at `buf` and the store at `offset`.
+pub(crate) struct Bio {
+    pub(crate) op: BioOp,
+    pub(crate) offset: u64,
+    pub(crate) buf: *mut u8,
+    pub(crate) len: usize,
+    pub(crate) end: Box<dyn BioEnd>,
+}
+
+// SAFETY: `buf` points into frame memory that `end` keeps for the request (see `BioEnd`),
+// which any thread may access; `end` is `Send`.
+unsafe impl Send for Bio {}
+
+/// What a request does after a transfer.
+enum Next {
+    /// Transfer the rest.
+    Again,
+    /// It is over, with this result.
+    Done(Result<(), StoreError>),
+}
+
+/// A request and its progress.
+struct InFlight {
+    bio: Bio,
+    /// Bytes moved so far.
+    done: usize,
+}
+
+impl InFlight {
+    fn new(bio: Bio) -> InFlight {
+        InFlight { bio, done: 0 }
+    }
+
+    fn op(&self) -> Op {
+        match self.bio.op {
+            BioOp::Read => Op::Read,
+            BioOp::Write => Op::Write,
+        }
+    }
+
+    /// Where the rest starts: (store offset, buffer, length).
+    fn rest(&self) -> (u64, *mut u8, usize) {
+        // SAFETY (of the pointer arithmetic): `done <= len`, so this stays inside the buffer.
+        (
+            self.bio.offset + self.done as u64,
+            self.bio.buf.wrapping_add(self.done),
+            self.bio.len - self.done,
+        )
+    }
+
+    /// Accounts a transfer of `n` bytes (0: the store had nothing more) under the rules of the
+    /// module documentation.
+    fn advance(&mut self, n: usize) -> Next {
+        self.done += n;
+        debug_assert!(self.done <= self.bio.len);
+        if self.done == self.bio.len {
+            return Next::Done(Ok(()));
+        }
+        match self.bio.op {
+            BioOp::Read => {
+                let align = self.bio.end.store().alignment().max(1);
+                if n == 0 || self.done % align != 0 {
+                    Next::Done(Ok(()))
+                } else {
+                    Next::Again
+                }
+            }
+            BioOp::Write if n == 0 => Next::Done(Err(StoreError::WriteZero {
+                offset: self.bio.offset + self.done as u64,
+            })),
+            BioOp::Write => Next::Again,
+        }
+    }
+
+    /// Runs `end_io`.
+    fn finish(self, res: Result<(), StoreError>) {
+        let InFlight { bio, done } = self;
+        bio.end.end_io(done, res);
+    }
+}
+
+/// Counters shared by an engine's parts.
+#[derive(Default)]
+struct Counters {
+    submitted: AtomicU64,
+    batches: AtomicU64,
+    resubmitted: AtomicU64,
+    errors: AtomicU64,
+    in_flight: AtomicU64,
+    max_in_flight: AtomicU64,
+}
+
+impl Counters {
+    fn started(&self, n: usize) {
+        self.submitted.fetch_add(n as u64, Ordering::Relaxed);
+        let now = self.in_flight.fetch_add(n as u64, Ordering::Relaxed) + n as u64;
+        self.max_in_flight.fetch_max(now, Ordering::Relaxed);
+    }
+
+    fn ended(&self, failed: bool) {
+        self.in_flight.fetch_sub(1, Ordering::Relaxed);
+        if failed {
+            self.errors.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn snapshot(&self) -> EngineStats {
+        EngineStats {
+            submitted: self.submitted.load(Ordering::Relaxed),
+            batches: self.batches.load(Ordering::Relaxed),
+            resubmitted: self.resubmitted.load(Ordering::Relaxed),
+            errors: self.errors.load(Ordering::Relaxed),
+            in_flight: self.in_flight.load(Ordering::Relaxed),
+            max_in_flight: self.max_in_flight.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// A cache's I/O engine; see the [module documentation](self).
+pub(crate) struct Engine {
+    uring: Option<uring::Uring>,
+    threads: threads::Threads,
+    info: EngineInfo,
+    counters: Arc<Counters>,
+}
+
+impl Engine {
+    /// Starts the engine `choice` asks for, with `threads` blocking threads, registering the
+    /// frame memory `frames` (start, length) as fixed buffers where it can.
+    pub(crate) fn start(
+        choice: IoEngineChoice,
+        threads: usize,
+        frames: (*mut u8, usize),
+    ) -> std::io::Result<Engine> {
+        let counters = Arc::new(Counters::default());
+        let pool = threads::Threads::start(threads, counters.clone())?;
+        let (uring, info) = match choice {
+            IoEngineChoice::Threads => (
+                None,
+                EngineInfo {
+                    kind: IoEngineKind::Threads,
+                    reason: "threads asked for".into(),
+                },
+            ),
+            IoEngineChoice::Auto | IoEngineChoice::IoUring => {
+                match uring::Uring::start(frames, counters.clone()) {
+                    Ok((u, fixed)) => (
+                        Some(u),
+                        EngineInfo {
+                            kind: IoEngineKind::IoUring,
+                            reason: format!("{choice:?} asked for; {fixed}"),
+                        },
+                    ),
+                    Err(e) => (
+                        None,
+                        EngineInfo {
+                            kind: IoEngineKind::Threads,
+                            reason: format!("{choice:?} asked for; io_uring refused: {e}"),
+                        },
+                    ),
+                }
+            }
+        };
+        Ok(Engine {
+            uring,
+            threads: pool,
+            info,
+            counters,
+        })
+    }
+
+    /// Which engine runs and why.
+    pub(crate) fn info(&self) -> &EngineInfo {
+        &self.info
+    }
+
+    /// The engine's counts.
+    pub(crate) fn stats(&self) -> EngineStats {
+        self.counters.snapshot()
+    }
+
+    /// Submits `bios` as one batch and returns without waiting for them (except where the queue
+    /// is full, or the engine has no threads and runs them here).
+    #[doc(alias("submit_bio", "blk_finish_plug"))]
+    pub(crate) fn submit(&self, bios: Vec<Bio>) {
+        if bios.is_empty() {
+            return;
+        }
+        let Some(uring) = &self.uring else {
+            self.threads.submit(bios);
+            return;
+        };
+        let (ring, rest): (Vec<Bio>, Vec<Bio>) = bios
+            .into_iter()
+            .partition(|b| b.end.store().io_fd().is_some());
+        if !rest.is_empty() {
+            self.threads.submit(rest);
+        }
+        if !ring.is_empty() {
+            uring.submit(ring);
+        }
+    }
+
+    /// Tells the engine's threads to stop once their work is done (they are not joined: the
+    /// last reference to the cache may be dropped on one of them).
+    pub(crate) fn stop(&self) {
+        self.threads.stop();
+        if let Some(u) = &self.uring {
+            u.stop();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

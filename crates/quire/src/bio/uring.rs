@@ -1,0 +1,325 @@
+//! The io_uring engine: one ring per cache, batches submitted with one `io_uring_enter`, one
+//! reaper thread that runs completions.
+//!
+//! | piece | who touches it | how |
+//! |---|---|---|
+//! | submission queue | submitters and the reaper (resubmissions) | under `sq`, a mutex; entries are published and submitted before it is released |
+//! | completion queue | the reaper only | it waits in `io_uring_enter(GETEVENTS)` for at least one completion, then takes them all |
+//! | `room` | submitters wait on it; the reaper frees it | requests in flight, at most the completion queue's size, so completions never overflow the ring |
+//! | `user_data` | — | the address of the request's boxed [`InFlight`], or [`WAKE`] for the no-op that wakes the reaper to stop |
+//!
+//! Frame memory is registered as fixed buffers (1 GiB each, the kernel's limit per buffer) when
+//! the kernel allows it (`RLIMIT_MEMLOCK`, an old kernel): a request whose frames lie in one of
+//! them is a `READ_FIXED`/`WRITE_FIXED`, which skips pinning the pages on every request.
+
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+
+use io_uring::{opcode, squeue, types, IoUring};
+
+use super::{Bio, BioOp, Counters, InFlight, Next};
+use crate::store::StoreError;
+
+/// Submission queue entries. The completion queue is twice as large (the kernel's default).
+const ENTRIES: u32 = 256;
+
+/// The kernel's largest fixed buffer.
+const FIXED_CHUNK: usize = 1 << 30;
+
+/// `user_data` of the no-op that wakes the reaper.
+const WAKE: u64 = 0;
+
+/// `IORING_ENTER_GETEVENTS`.
+const ENTER_GETEVENTS: u32 = 1;
+
+/// The pool's frames as fixed buffers.
+struct Fixed {
+    base: usize,
+    len: usize,
+}
+
+impl Fixed {
+    /// The fixed buffer holding `buf..buf + len`, if one does.
+    fn index(&self, buf: *mut u8, len: usize) -> Option<u16> {
+        let at = (buf as usize).checked_sub(self.base)?;
+        if at + len > self.len || at / FIXED_CHUNK != (at + len - 1) / FIXED_CHUNK {
+            return None;
+        }
+        u16::try_from(at / FIXED_CHUNK).ok()
+    }
+}
+
+struct Shared {
+    ring: IoUring,
+    sq: Mutex<()>,
+    /// Requests in flight.
+    room: Mutex<usize>,
+    freed: Condvar,
+    /// The most requests in flight.
+    depth: usize,
+    fixed: Option<Fixed>,
+    stop: AtomicBool,
+    counters: Arc<Counters>,
+}
+
+pub(super) struct Uring {
+    shared: Arc<Shared>,
+}
+
+impl Uring {
+    /// Sets up a ring (with `frames` registered if the kernel allows) and starts its reaper.
+    /// Returns the engine and a line on the fixed buffers.
+    pub(super) fn start(
+        frames: (*mut u8, usize),
+        counters: Arc<Counters>,
+    ) -> std::io::Result<(Uring, String)> {
+        if let Ok(s) = std::fs::read_to_string("/proc/sys/kernel/io_uring_disabled") {
+            if s.trim() == "2" {
+                return Err(std::io::Error::other("kernel.io_uring_disabled is 2"));
+            }
+        }
+        let ring = IoUring::new(ENTRIES)?;
+        // Probe: a no-op must complete (seccomp filters may allow the setup and not the rest).
+        {
+            let nop = opcode::Nop::new().build().user_data(u64::MAX);
+            // SAFETY: a no-op references no memory.
+            unsafe { ring.submission_shared().push(&nop) }
+                .map_err(|_| std::io::Error::other("a fresh ring's submission queue is full"))?;
+            ring.submit_and_wait(1)?;
+            // SAFETY: nobody else uses the ring yet.
+            let mut cq = unsafe { ring.completion_shared() };
+            cq.sync();
+            for cqe in &mut cq {
+                if cqe.result() < 0 {
+                    return Err(std::io::Error::from_raw_os_error(-cqe.result()));
+                }
+            }
+        }
+        let (base, len) = frames;
+        let chunks: Vec<libc::iovec> = (0..len.div_ceil(FIXED_CHUNK))
+            .map(|i| libc::iovec {
+                iov_base: base.wrapping_add(i * FIXED_CHUNK).cast(),
+                iov_len: FIXED_CHUNK.min(len - i * FIXED_CHUNK),
+            })
+            .collect();
+        let (fixed, line) = if len == 0 || chunks.len() > u16::MAX as usize {
+            (None, "frames not registered".to_string())
+        } else {
+            // SAFETY: the frames stay mapped for as long as the cache (and so this ring, which
+            // the cache stops and which is dropped with its last user) exists: the pool is
+            // unmapped only when the cache is dropped, after every request holding a folio
+            // of it has ended.
+            match unsafe { ring.submitter().register_buffers(&chunks) } {
+                Ok(()) => (
+                    Some(Fixed {
+                        base: base as usize,
+                        len,
+                    }),
+                    format!("frames registered as {} fixed buffer(s)", chunks.len()),
+                ),
+                Err(e) => (None, format!("frames not registered ({e})")),
+            }
+        };
+        let depth = ring.params().cq_entries() as usize;
+        let shared = Arc::new(Shared {
+            ring,
+            sq: Mutex::new(()),
+            room: Mutex::new(0),
+            freed: Condvar::new(),
+            depth,
+            fixed,
+            stop: AtomicBool::new(false),
+            counters,
+        });
+        let s = shared.clone();
+        std::thread::Builder::new()
+            .name("quire-uring".into())
+            .spawn(move || reaper(&s))?;
+        Ok((Uring { shared }, line))
+    }
+
+    /// Submits `bios`, every one with a file descriptor, in as few `io_uring_enter` calls as
+    /// the ring's depth allows.
+    pub(super) fn submit(&self, bios: Vec<Bio>) {
+        let sh = &*self.shared;
+        let mut bios = bios.into_iter().peekable();
+        while bios.peek().is_some() {
+            let want = bios.len();
+            let n = {
+                let mut room = sh.room.lock().unwrap();
+                while *room >= sh.depth {
+                    room = sh.freed.wait(room).unwrap();
+                }
+                let n = want.min(sh.depth - *room);
+                *room += n;
+                n
+            };
+            sh.counters.started(n);
+            let _sq = sh.sq.lock().unwrap();
+            for bio in bios.by_ref().take(n) {
+                sh.push(Box::new(InFlight::new(bio)));
+            }
+            sh.enter();
+        }
+    }
+
+    /// Tells the reaper to stop.
+    pub(super) fn stop(&self) {
+        let sh = &*self.shared;
+        sh.stop.store(true, Ordering::Release);
+        let _sq = sh.sq.lock().unwrap();
+        let nop = opcode::Nop::new().build().user_data(WAKE);
+        sh.push_entry(&nop);
+        sh.enter();
+    }
+}
+
+impl Shared {
+    /// The entry for the rest of `inf`.
+    fn entry(&self, inf: &InFlight) -> squeue::Entry {
+        let (offset, buf, len) = inf.rest();
+        let fd = types::Fd(
+            inf.bio
+                .end
+                .store()
+                .io_fd()
+                .expect("only requests with a descriptor reach the ring")
+                .as_raw_fd(),
+        );
+        // Requests are folios (2 MiB at most); a longer one would go on as a short transfer.
+        let len32 = len.min(1 << 30) as u32;
+        let fixed = self.fixed.as_ref().and_then(|f| f.index(buf, len));
+        match (inf.bio.op, fixed) {
+            (BioOp::Read, Some(i)) => opcode::ReadFixed::new(fd, buf, len32, i)
+                .offset(offset)
+                .build(),
+            (BioOp::Read, None) => opcode::Read::new(fd, buf, len32).offset(offset).build(),
+            (BioOp::Write, Some(i)) => opcode::WriteFixed::new(fd, buf, len32, i)
+                .offset(offset)
+                .build(),
+            (BioOp::Write, None) => opcode::Write::new(fd, buf, len32).offset(offset).build(),
+        }
+    }
+
+    /// Queues `inf` (the caller holds `sq`).
+    fn push(&self, inf: Box<InFlight>) {
+        let e = self.entry(&inf);
+        let e = e.user_data(Box::into_raw(inf) as u64);
+        self.push_entry(&e);
+    }
+
+    /// Queues `e`, submitting what is queued first if the submission queue is full (the caller
+    /// holds `sq`).
+    fn push_entry(&self, e: &squeue::Entry) {
+        loop {
+            // SAFETY: `sq` is held, so no other thread uses the submission queue; the entry's
+            // buffer is frame memory its request keeps until it completes (module docs).
+            let pushed = unsafe {
+                let mut sq = self.ring.submission_shared();
+                let r = sq.push(e);
+                sq.sync();
+                r
+            };
+            if pushed.is_ok() {
+                return;
+            }
+            self.enter();
+        }
+    }
+
+    /// Submits what is queued (the caller holds `sq`).
+    fn enter(&self) {
+        loop {
+            match self.ring.submit() {
+                Ok(_) => {
+                    self.counters
+                        .batches
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    return;
+                }
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
+                // EAGAIN/EBUSY: the kernel is short of memory or of completion room right now;
+                // the entries stay queued and the next enter (ours or the reaper's) takes them.
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN) | Some(libc::EBUSY)) => {
+                    std::thread::yield_now();
+                    continue;
+                }
+                Err(e) => panic!("io_uring_enter failed submitting: {e}"),
+            }
+        }
+    }
+
+    /// What a completion of `res` means for `inf`.
+    fn complete(&self, mut inf: Box<InFlight>, res: i32) {
+        let next = if res >= 0 {
+            inf.advance(res as usize)
+        } else if res == -libc::EINTR || res == -libc::EAGAIN {
+            Next::Again
+        } else {
+            let (offset, _, _) = inf.rest();
+            Next::Done(Err(StoreError::errno(
+                inf.op(),
+                offset,
+                rustix::io::Errno::from_raw_os_error(-res),
+            )))
+        };
+        match next {
+            Next::Again => {
+                self.counters
+                    .resubmitted
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let _sq = self.sq.lock().unwrap();
+                self.push(inf);
+                self.enter();
+            }
+            Next::Done(r) => {
+                self.counters.ended(r.is_err());
+                *self.room.lock().unwrap() -= 1;
+                self.freed.notify_one();
+                inf.finish(r);
+            }
+        }
+    }
+}
+
+/// The reaper: waits for completions and runs them, until told to stop.
+fn reaper(sh: &Shared) {
+    let mut done = Vec::new();
+    loop {
+        // SAFETY: no argument is passed; GETEVENTS with min_complete 1 waits for a completion.
+        let waited = unsafe {
+            sh.ring
+                .submitter()
+                .enter::<libc::sigset_t>(0, 1, ENTER_GETEVENTS, None)
+        };
+        if let Err(e) = waited {
+            if !matches!(
+                e.raw_os_error(),
+                Some(libc::EINTR) | Some(libc::EAGAIN) | Some(libc::EBUSY)
+            ) {
+                panic!("io_uring_enter failed waiting: {e}");
+            }
+        }
+        {
+            // SAFETY: only this thread uses the completion queue.
+            let mut cq = unsafe { sh.ring.completion_shared() };
+            cq.sync();
+            done.extend((&mut cq).map(|c| (c.user_data(), c.result())));
+        }
+        for (user_data, res) in done.drain(..) {
+            if user_data == WAKE {
+                continue;
+            }
+            // SAFETY: every other `user_data` is a request boxed by `push` and completed once.
+            let inf = unsafe { Box::from_raw(user_data as *mut InFlight) };
+            // An `end_io` that panics loses its request (its `BioEnd` is dropped unrun, which
+            // releases what it held), not the reaper.
+            let _ =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sh.complete(inf, res)));
+        }
+        if sh.stop.load(Ordering::Acquire) && *sh.room.lock().unwrap() == 0 {
+            return;
+        }
+    }
+}
