@@ -41,7 +41,13 @@ enum Command {
         /// thread-scaling lines where a case ran at several thread counts.
         #[arg(long, value_name = "DIR")]
         plot: Option<PathBuf>,
-        /// List the suites and exit.
+        /// Run only these variants of the suites (comma-separated, as `quire bench --list`
+        /// names them), e.g. `quire bench evict --variants lru-workingset,default`. Each name
+        /// must be a variant of a suite that runs; a suite with none of them is left out; a
+        /// before/after change is shown only where both of its variants ran.
+        #[arg(long, value_name = "NAME,...", value_delimiter = ',')]
+        variants: Option<Vec<String>>,
+        /// List the suites and their variants, and exit.
         #[arg(long)]
         list: bool,
         /// `evict` only: replay this page-access trace through every quire variant, the
@@ -125,6 +131,7 @@ fn main() -> anyhow::Result<()> {
             json,
             runs,
             plot,
+            variants,
             list,
             trace,
             trace_format,
@@ -134,6 +141,8 @@ fn main() -> anyhow::Result<()> {
             if list {
                 for s in bench::SUITES {
                     println!("{:<10} {}", s.name, s.about);
+                    let vs = bench::variants_of(s, trace.is_some());
+                    println!("{:<10} variants: {}", "", vs.join(", "));
                 }
                 return Ok(());
             }
@@ -150,6 +159,7 @@ fn main() -> anyhow::Result<()> {
                 json: json.as_deref(),
                 plot: plot.as_deref(),
                 trace: trace.as_ref(),
+                variants: variants.as_deref(),
             })
         }
         Command::Plot {

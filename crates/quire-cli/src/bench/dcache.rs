@@ -29,6 +29,7 @@ use super::{Bench, Suite};
 pub const SUITE: Suite = Suite {
     name: "dcache",
     about: "dentry cache: path walk + dget_parent + path_of + dput, lockref vs spinlock counts",
+    variants: &["spinlock", "lockref"],
     steps: |_| 5,
     run,
 };
@@ -133,6 +134,9 @@ fn run(b: &mut Bench) -> anyhow::Result<()> {
         ("spinlock", RefPolicy::Spinlock),
         ("lockref", RefPolicy::Cmpxchg),
     ] {
+        if !b.wants(variant) {
+            continue;
+        }
         b.step(&format!("short {variant}: warming the cache"));
         let dc = Dcache::new(
             &tree.0,

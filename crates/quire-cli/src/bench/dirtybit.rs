@@ -29,6 +29,7 @@ const VARIANTS: [(&str, DirtyBitMode); 2] = [
 pub const SUITE: Suite = Suite {
     name: "dirtybit",
     about: "the frame pool's dirty bit: test-and-clear cost, hardware (userfaultfd + PAGEMAP_SCAN) vs software",
+    variants: &["software", "hardware"],
     steps: |quick| 3 * runs(quick) as u64,
     run,
 };
@@ -59,6 +60,9 @@ struct Setup {
 fn setups(b: &Bench, frames: usize) -> anyhow::Result<Vec<Setup>> {
     let mut out = Vec::new();
     for (name, mode) in VARIANTS {
+        if !b.wants(name) {
+            continue;
+        }
         let pool = FramePool::new(frames * FRAME_SIZE)?;
         let bits = DirtyBits::new(pool.base(), pool.nr_frames(), mode);
         if mode == DirtyBitMode::Auto && bits.kind() != DirtyBitKind::Hardware {

@@ -55,6 +55,7 @@ use super::{Bench, Suite};
 pub const SUITE: Suite = Suite {
     name: "fuse",
     about: "a FUSE mount through quire vs passthrough, kernel FUSE cache, no FUSE, empty (fio)",
+    variants: &VARIANTS,
     steps: |_| (VARIANTS.len() * 5) as u64,
     run,
 };
@@ -162,6 +163,9 @@ fn run(b: &mut Bench) -> anyhow::Result<()> {
     for case in ["hot-randread", "zipf-randread", "seqread", "seqwrite-fsync"] {
         b.compare(case, "passthrough", "quire");
         for v in VARIANTS {
+            if !b.wants(v) {
+                continue;
+            }
             b.step(&format!("{case} {v}"));
             env.fio_case(b, case, v)
                 .with_context(|| format!("{case}, variant {v}"))?;
@@ -170,6 +174,9 @@ fn run(b: &mut Bench) -> anyhow::Result<()> {
     b.compare("stat-storm-cold", "passthrough", "quire");
     b.compare("stat-storm-warm", "passthrough", "quire");
     for v in VARIANTS {
+        if !b.wants(v) {
+            continue;
+        }
         b.step(&format!("stat-storm {v}"));
         env.stat_case(b, v)
             .with_context(|| format!("stat-storm, variant {v}"))?;

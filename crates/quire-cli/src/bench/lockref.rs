@@ -39,6 +39,7 @@ const BATCH: u64 = 256;
 pub const SUITE: Suite = Suite {
     name: "lockref",
     about: "get+put on one shared count: lockref vs spinlock vs mutex (threads 1, 2, 16)",
+    variants: &VARIANTS,
     steps: |quick| (THREADS.len() * VARIANTS.len() * repeats(quick)) as u64,
     run,
 };
@@ -129,6 +130,9 @@ fn run(b: &mut Bench) -> anyhow::Result<()> {
     for _ in 0..repeats(quick) {
         for (ti, &threads) in THREADS.iter().enumerate() {
             for (vi, &variant) in VARIANTS.iter().enumerate() {
+                if !b.wants(variant) {
+                    continue;
+                }
                 b.step(&format!("{CASE} {variant} x{threads}"));
                 let m = match variant {
                     "lockref" => run_lockref(threads, d, RefPolicy::Cmpxchg),
@@ -146,6 +150,9 @@ fn run(b: &mut Bench) -> anyhow::Result<()> {
     for (ti, &threads) in THREADS.iter().enumerate() {
         for (vi, &variant) in VARIANTS.iter().enumerate() {
             let runs = &results[ti][vi];
+            if runs.is_empty() {
+                continue; // not run (`--variants`)
+            }
             let ops_per_s = median(runs.iter().map(|r| r.0).collect());
             let ops_per_cpu_s = median(runs.iter().map(|r| r.1).collect());
             b.record(CASE, variant, threads, "ops_per_s", ops_per_s, "1/s");

@@ -25,6 +25,7 @@ mod read;
 pub(crate) mod report;
 mod table;
 mod unmap;
+pub(crate) mod variants;
 mod write;
 mod xarray;
 
@@ -38,12 +39,16 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use host::Host;
 use report::{aggregate, Pair, Record, Report};
+use variants::Selection;
 
-/// A suite: a name, one line about it, an estimate of its steps (for the progress bar) and the
-/// function that runs it.
+/// A suite: a name, one line about it, its variants, an estimate of its steps (for the progress
+/// bar) and the function that runs it.
 pub struct Suite {
     pub name: &'static str,
     pub about: &'static str,
+    /// Every variant the suite can record, by name (what `--variants` chooses from). The suite
+    /// runs a variant only if [`Bench::wants`] it.
+    pub variants: &'static [&'static str],
     /// How many times the suite will call [`Bench::step`], for the progress bar.
     pub steps: fn(quick: bool) -> u64,
     pub run: fn(&mut Bench) -> anyhow::Result<()>,
@@ -75,6 +80,8 @@ pub struct Bench {
     noted: RefCell<HashSet<String>>,
     /// `--trace`: the trace `evict` replays instead of its cases.
     trace: Option<evict::TraceArgs>,
+    /// `--variants`: the variants to run.
+    selection: Selection,
 }
 
 impl Bench {
@@ -88,7 +95,14 @@ impl Bench {
         self.trace.as_ref()
     }
 
-    /// Records one figure of the running suite.
+    /// Whether to run the variant `name` of the running suite (`--variants`; all of them
+    /// without it). A suite asks before it runs a variant, or before it sets one up.
+    pub fn wants(&self, name: &str) -> bool {
+        self.selection.wants(name)
+    }
+
+    /// Records one figure of the running suite; a figure of a variant not asked for
+    /// (`--variants`) is left out.
     pub fn record(
         &mut self,
         case: &str,
@@ -98,13 +112,20 @@ impl Bench {
         value: f64,
         unit: &'static str,
     ) {
+        if !self.wants(variant) {
+            return;
+        }
         self.samples.push(Record::sample(
             self.suite, case, variant, threads, metric, value, unit,
         ));
     }
 
-    /// Declares that the table of `case` compares `after` against `before`.
+    /// Declares that the table of `case` compares `after` against `before`. Under `--variants`,
+    /// a pair one of whose variants is left out is not declared: there is nothing to compare.
     pub fn compare(&mut self, case: &str, before: &str, after: &str) {
+        if !(self.wants(before) && self.wants(after)) {
+            return;
+        }
         let known = self
             .pairs
             .iter()
@@ -149,6 +170,17 @@ pub struct Options<'a> {
     pub plot: Option<&'a Path>,
     /// `--trace`: replay this trace in `evict` instead of its cases (no other suite may run).
     pub trace: Option<&'a evict::TraceArgs>,
+    /// `--variants`: run only these variants (each must be a variant of a suite that runs).
+    pub variants: Option<&'a [String]>,
+}
+
+/// The variants a suite can record in this run (a trace replay has its own).
+pub fn variants_of(s: &Suite, trace: bool) -> &'static [&'static str] {
+    if trace && s.name == evict::SUITE.name {
+        evict::TRACE_VARIANTS
+    } else {
+        s.variants
+    }
 }
 
 /// Runs the chosen suites; prints the host, then each suite's tables as soon as it is done;
@@ -181,6 +213,28 @@ pub fn run(opts: &Options<'_>) -> anyhow::Result<()> {
             }
         }
     }
+    let selection = match opts.variants {
+        None => Selection::all(),
+        Some(names) => {
+            let declared: Vec<(&'static str, Vec<&'static str>)> = chosen
+                .iter()
+                .map(|s| (s.name, variants_of(s, opts.trace.is_some()).to_vec()))
+                .collect();
+            Selection::new(names, &declared)?
+        }
+    };
+    // A suite none of whose variants was asked for does not run.
+    chosen.retain(|s| {
+        let keep = selection.any_of(variants_of(s, opts.trace.is_some()));
+        if !keep {
+            eprintln!(
+                "{}: skipped: none of --variants is one of its variants ({})",
+                s.name,
+                variants_of(s, opts.trace.is_some()).join(", ")
+            );
+        }
+        keep
+    });
     let runs = opts.runs.max(1);
     let quick = opts.quick;
     let mut report = Report {
@@ -189,10 +243,14 @@ pub fn run(opts: &Options<'_>) -> anyhow::Result<()> {
         quick: Some(quick),
         runs,
         suites: chosen.iter().map(|s| s.name.to_string()).collect(),
+        variants: selection.names().map(<[String]>::to_vec),
         pairs: Vec::new(),
         results: Vec::new(),
     };
     println!("{}", report.host);
+    if let Some(v) = &report.variants {
+        println!("variants: {} (--variants)", v.join(", "));
+    }
     if report.host.profile == "debug" {
         println!("warning: a debug build; its figures say little (build with --release)");
     }
@@ -217,6 +275,7 @@ pub fn run(opts: &Options<'_>) -> anyhow::Result<()> {
         suite: "",
         noted: RefCell::new(HashSet::new()),
         trace: opts.trace.cloned(),
+        selection,
     };
     let started = Instant::now();
     for s in &chosen {
@@ -275,4 +334,64 @@ pub fn plot_file(report: &Path, dir: &Path, suites: &[String]) -> anyhow::Result
     let files = plot::draw(&r, dir, suites)?;
     eprintln!("{}", plot::summary(dir, &files));
     Ok(files)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bench(selection: Selection) -> Bench {
+        Bench {
+            quick: true,
+            samples: Vec::new(),
+            pairs: Vec::new(),
+            progress: ProgressBar::hidden(),
+            suite: "pagelock",
+            noted: RefCell::new(HashSet::new()),
+            trace: None,
+            selection,
+        }
+    }
+
+    #[test]
+    fn figures_and_pairs_of_variants_left_out_are_dropped() {
+        let declared = vec![("pagelock", vec!["always-lookup", "waiters-bit", "exact"])];
+        let sel = Selection::new(&["waiters-bit".to_string()], &declared).unwrap();
+        let mut b = bench(sel);
+        assert!(b.wants("waiters-bit") && !b.wants("always-lookup"));
+        b.compare("uncontended", "always-lookup", "waiters-bit");
+        b.record("uncontended", "always-lookup", 1, "ns_per_op", 2.0, "ns");
+        b.record("uncontended", "waiters-bit", 1, "ns_per_op", 1.0, "ns");
+        assert!(
+            b.pairs.is_empty(),
+            "a pair with a side left out: {:?}",
+            b.pairs
+        );
+        let kept: Vec<&str> = b.samples.iter().map(|r| r.variant.as_str()).collect();
+        assert_eq!(kept, ["waiters-bit"]);
+
+        // Without --variants everything is kept.
+        let mut b = bench(Selection::all());
+        b.compare("uncontended", "always-lookup", "waiters-bit");
+        b.record("uncontended", "always-lookup", 1, "ns_per_op", 2.0, "ns");
+        b.record("uncontended", "waiters-bit", 1, "ns_per_op", 1.0, "ns");
+        assert_eq!((b.pairs.len(), b.samples.len()), (1, 2));
+    }
+
+    #[test]
+    fn every_suite_declares_its_variants_once_each() {
+        for s in SUITES {
+            assert!(!s.variants.is_empty(), "{} declares no variant", s.name);
+            for (i, v) in s.variants.iter().enumerate() {
+                assert!(
+                    !v.is_empty() && !v.contains(',') && !s.variants[..i].contains(v),
+                    "{}: variant {v:?} empty, with a comma, or twice",
+                    s.name
+                );
+            }
+        }
+        let evict = SUITES.iter().find(|s| s.name == "evict").unwrap();
+        assert_eq!(variants_of(evict, true), evict::TRACE_VARIANTS);
+        assert_eq!(variants_of(evict, false), evict.variants);
+    }
 }

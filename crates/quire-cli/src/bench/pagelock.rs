@@ -28,6 +28,12 @@ use super::{Bench, Suite};
 pub const SUITE: Suite = Suite {
     name: "pagelock",
     about: "folio lock: waiters bit (uncontended) and filtered wake-one hand-off (contended)",
+    variants: &[
+        "always-lookup",
+        "waiters-bit",
+        "unfiltered-wake-all",
+        "exact",
+    ],
     steps: |_| 6,
     run,
 };
@@ -66,6 +72,9 @@ fn uncontended(b: &mut Bench, dur: Duration) {
         ("always-lookup", WaitPolicy::AlwaysLookup),
         ("waiters-bit", WaitPolicy::Exact),
     ] {
+        if !b.wants(variant) {
+            continue;
+        }
         b.step(&format!("{case} {variant}"));
         let m = measure(1, dur, |_, stop| match policy {
             WaitPolicy::Exact => uncontended_loop(&words, stop, |w| {
@@ -113,6 +122,9 @@ fn handoff(b: &mut Bench, dur: Duration, case: &str, io: bool) {
         ("unfiltered-wake-all", WaitPolicy::UnfilteredWakeAll),
         ("exact", WaitPolicy::Exact),
     ] {
+        if !b.wants(variant) {
+            continue;
+        }
         b.step(&format!("{case} {variant}"));
         let m = measure(HANDOFF_THREADS, dur, |t, stop| {
             let mut rng = Rng::new(t as u64 + 1);

@@ -73,6 +73,7 @@ use super::{Bench, Suite};
 pub const SUITE: Suite = Suite {
     name: "read",
     about: "page cache reads: hot random 4 KiB, cold sequential; vs the kernel's",
+    variants: &VARIANTS,
     steps,
     run,
 };
@@ -83,8 +84,9 @@ pub(super) const PAGE: usize = 4096;
 pub(super) const CHUNK: usize = 1 << 20;
 /// Threads of the hot case.
 const HOT_THREADS: [usize; 2] = [1, 2];
-/// Variants of the hot case, in the order they run.
-const HOT_VARIANTS: [&str; 11] = [
+/// The suite's variants: those of the hot case, in the order they run, then those of the cold
+/// case.
+const VARIANTS: [&str; 13] = [
     "quire-read",
     "quire-ref",
     "quire-with-folio",
@@ -96,7 +98,11 @@ const HOT_VARIANTS: [&str; 11] = [
     "kernel-pread",
     "kernel-mmap",
     "kernel-mmap-ref",
+    "kernel",
+    "quire",
 ];
+/// Variants of the hot case, in the order they run.
+const HOT_VARIANTS: &[&str] = VARIANTS.split_at(11).0;
 /// Pages whose contents are checked through each variant before the hot case is timed.
 const CHECKED_PAGES: usize = 2048;
 
@@ -504,6 +510,9 @@ fn touch_head(bytes: &[u8], first: u64, idx: u64) {
 
 fn hot_random(b: &mut Bench, path: &Path, size: u64, content: &Content) -> anyhow::Result<()> {
     let case = "hot-random";
+    if !HOT_VARIANTS.iter().any(|v| b.wants(v)) {
+        return Ok(());
+    }
     b.compare(case, "kernel-pread", "quire-read");
     b.step(&format!("{case}: warming the caches"));
     let pages = size / PAGE as u64;
@@ -590,7 +599,10 @@ fn hot_random(b: &mut Bench, path: &Path, size: u64, content: &Content) -> anyho
     let dur = hot_duration(b.quick());
     let errors = FirstError::default();
     for threads in HOT_THREADS {
-        for variant in HOT_VARIANTS {
+        for &variant in HOT_VARIANTS {
+            if !b.wants(variant) {
+                continue;
+            }
             b.step(&format!("{case} {variant} ×{threads}"));
             let m = measure(threads, dur, |t, stop| {
                 let mut rng = Rng::new(0x1000 + t as u64);
@@ -710,6 +722,10 @@ pub(super) fn mib_per_s(bytes: u64, t: Duration) -> f64 {
 
 fn cold_seq(b: &mut Bench, path: &Path, size: u64) -> anyhow::Result<()> {
     let case = "cold-seq";
+    let (want_k, want_q) = (b.wants("kernel"), b.wants("quire"));
+    if !want_k && !want_q {
+        return Ok(());
+    }
     b.compare(case, "kernel", "quire");
     let cache = cache_for(size)?;
     let store = direct_store(b, path, false)?;
@@ -747,23 +763,43 @@ fn cold_seq(b: &mut Bench, path: &Path, size: u64) -> anyhow::Result<()> {
     };
 
     // Faults the cache's memory in (untimed).
-    b.step(&format!("{case}: first quire run (untimed)"));
-    quire_run(&mut buf)?;
+    if want_q {
+        b.step(&format!("{case}: first quire run (untimed)"));
+        quire_run(&mut buf)?;
+    }
 
-    let (mut best_k, mut best_q) = (Duration::MAX, Duration::MAX);
+    let (mut best_k, mut best_q) = (None, None);
     for _ in 0..seq_runs(b.quick()) {
-        b.step(&format!("{case} kernel"));
-        best_k = best_k.min(kernel_run(&mut buf)?);
-        b.step(&format!("{case} quire"));
-        best_q = best_q.min(quire_run(&mut buf)?);
+        if want_k {
+            b.step(&format!("{case} kernel"));
+            best_k = best(best_k, kernel_run(&mut buf)?);
+        }
+        if want_q {
+            b.step(&format!("{case} quire"));
+            best_q = best(best_q, quire_run(&mut buf)?);
+        }
     }
     record_seq(b, case, size, best_k, best_q);
     Ok(())
 }
 
-/// Records the best times of a sequential case's `kernel` and `quire` variants as MiB/s.
-pub(super) fn record_seq(b: &mut Bench, case: &str, size: u64, kernel: Duration, quire: Duration) {
+/// The shorter of the best time so far (if any) and `t`.
+pub(super) fn best(so_far: Option<Duration>, t: Duration) -> Option<Duration> {
+    Some(so_far.map_or(t, |b| b.min(t)))
+}
+
+/// Records the best times of a sequential case's `kernel` and `quire` variants as MiB/s (those
+/// that ran).
+pub(super) fn record_seq(
+    b: &mut Bench,
+    case: &str,
+    size: u64,
+    kernel: Option<Duration>,
+    quire: Option<Duration>,
+) {
     for (variant, t) in [("kernel", kernel), ("quire", quire)] {
-        b.record(case, variant, 1, "mb_per_s", mib_per_s(size, t), "MiB/s");
+        if let Some(t) = t {
+            b.record(case, variant, 1, "mb_per_s", mib_per_s(size, t), "MiB/s");
+        }
     }
 }

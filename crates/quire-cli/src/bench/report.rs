@@ -5,9 +5,10 @@
 //! reader can ignore: every result keeps `suite`, `case`, `variant`, `threads`, `metric`,
 //! `value` and `unit`, and adds `better` (which way the metric improves), `runs` and
 //! `min`/`median`/`max` over those runs (`value` is the median). The report adds a fuller
-//! `host`, the `runs` and `quick` settings, the suites run, and `pairs`: the before/after
-//! variants each case compares, as the suites declared them. Reports written before these
-//! fields existed still read: a result without them is one run whose figure is its `value`.
+//! `host`, the `runs` and `quick` settings, the suites run, the variants asked for
+//! (`--variants`; absent when all ran), and `pairs`: the before/after variants each case
+//! compares, as the suites declared them. Reports written before these fields existed still
+//! read: a result without them is one run whose figure is its `value`.
 
 use std::path::Path;
 
@@ -127,6 +128,9 @@ pub struct Report {
     /// The suites run, in order (in older reports: those that have results).
     #[serde(default)]
     pub suites: Vec<String>,
+    /// The variants the run was limited to (`--variants`); absent when every variant ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub variants: Option<Vec<String>>,
     /// The before/after pair of each case that declares one.
     #[serde(default)]
     pub pairs: Vec<Pair>,
@@ -317,6 +321,7 @@ mod tests {
             quick: Some(true),
             runs: 3,
             suites: vec!["pagelock".into()],
+            variants: Some(vec!["exact".into()]),
             pairs: vec![Pair {
                 suite: "pagelock".into(),
                 case: "handoff".into(),
@@ -337,5 +342,15 @@ mod tests {
         }
         assert_eq!(x["better"], "higher");
         assert_eq!(v["pairs"][0]["after"], "exact");
+        assert_eq!(v["variants"][0], "exact");
+        // Without --variants the field is left out.
+        let all = Report {
+            variants: None,
+            ..r.clone()
+        };
+        assert!(serde_json::to_value(&all)
+            .unwrap()
+            .get("variants")
+            .is_none());
     }
 }

@@ -145,6 +145,7 @@ mod tests {
             quick: Some(true),
             runs: 2,
             suites: vec!["pagelock".into()],
+            variants: None,
             pairs: vec![Pair {
                 suite: "pagelock".into(),
                 case: "uncontended".into(),

@@ -34,6 +34,7 @@ const VARIANTS: [(&str, DirtyTest); 2] = [
 pub const SUITE: Suite = Suite {
     name: "unmap",
     about: "exit and fork-exit of anonymous memory: the dirty-bit test skipped for dead anonymous pages vs always",
+    variants: &["always-test-dirty", "skip-dead-anon"],
     steps: |quick| 3 * runs(quick) as u64,
     run,
 };
@@ -55,9 +56,13 @@ struct Setup {
     _dir: Scratch,
 }
 
-fn setups() -> anyhow::Result<Vec<Setup>> {
+/// One setup per variant asked for.
+fn setups(b: &Bench) -> anyhow::Result<Vec<Setup>> {
     let mut out = Vec::new();
     for (name, rule) in VARIANTS {
+        if !b.wants(name) {
+            continue;
+        }
         let mut cfg = CacheConfig::new(128 << 20);
         cfg.alloc_timeout = Duration::from_secs(10);
         let cache = PageCache::new(cfg)?;
@@ -99,9 +104,10 @@ fn filled(anon: &AnonMemory, pages: u64, swap_every: Option<u64>) -> anyhow::Res
 
 fn run(b: &mut Bench) -> anyhow::Result<()> {
     let runs = runs(b.quick());
-    let s = setups()?;
-    let kind = s[0].anon.dirty_bit();
-    b.note(format!("dirty bit: {kind:?}"));
+    let s = setups(b)?;
+    if let Some(v) = s.first() {
+        b.note(format!("dirty bit: {:?}", v.anon.dirty_bit()));
+    }
     let pages: u64 = if b.quick() { 2048 } else { 8192 };
     for (case, swap_every) in [("exit", None), ("exit-swapcache", Some(4))] {
         let mut best = vec![(f64::MAX, 0.0); s.len()];

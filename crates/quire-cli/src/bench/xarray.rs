@@ -45,6 +45,7 @@ pub const SUITE: Suite = Suite {
     name: "xarray",
     about:
         "random loads (xarray vs RwLock<BTreeMap>) and inserts over shadows (single vs multi walk)",
+    variants: &["rwlock-btreemap", "xarray", "multi-walk", "single-walk"],
     steps: |quick| (1 + THREADS.len() * 2 * load_repeats(quick) + 2) as u64,
     run,
 };
@@ -91,6 +92,10 @@ fn run(b: &mut Bench) -> anyhow::Result<()> {
 }
 
 fn run_load(b: &mut Bench, quick: bool) -> anyhow::Result<()> {
+    let want = [b.wants("rwlock-btreemap"), b.wants("xarray")];
+    if !want.contains(&true) {
+        return Ok(());
+    }
     b.compare(LOAD, "rwlock-btreemap", "xarray");
     b.step("load: populating 2^20 indices");
     let pages = pages(LOAD_KEYS);
@@ -108,23 +113,28 @@ fn run_load(b: &mut Bench, quick: bool) -> anyhow::Result<()> {
     let mut results = vec![[Vec::new(), Vec::new()]; THREADS.len()];
     for _ in 0..load_repeats(quick) {
         for (ti, &threads) in THREADS.iter().enumerate() {
-            b.step(&format!("load rwlock-btreemap x{threads}"));
-            let m = measure(threads, d, |t, stop: &AtomicBool| {
-                let mut rng = Rng::new(0xB7EE + t as u64);
-                let (mut ops, mut sum) = (0u64, 0u64);
-                while !stop.load(Ordering::Relaxed) {
-                    for _ in 0..BATCH {
-                        let i = rng.below(LOAD_KEYS);
-                        if let Some(p) = map.read().get(&i) {
-                            sum = sum.wrapping_add(**p);
+            if want[0] {
+                b.step(&format!("load rwlock-btreemap x{threads}"));
+                let m = measure(threads, d, |t, stop: &AtomicBool| {
+                    let mut rng = Rng::new(0xB7EE + t as u64);
+                    let (mut ops, mut sum) = (0u64, 0u64);
+                    while !stop.load(Ordering::Relaxed) {
+                        for _ in 0..BATCH {
+                            let i = rng.below(LOAD_KEYS);
+                            if let Some(p) = map.read().get(&i) {
+                                sum = sum.wrapping_add(**p);
+                            }
                         }
+                        ops += BATCH;
                     }
-                    ops += BATCH;
-                }
-                std::hint::black_box(sum);
-                ops
-            });
-            results[ti][0].push((m.ops_per_s(), 0.0));
+                    std::hint::black_box(sum);
+                    ops
+                });
+                results[ti][0].push((m.ops_per_s(), 0.0));
+            }
+            if !want[1] {
+                continue;
+            }
             b.step(&format!("load xarray x{threads}"));
             let m = measure(threads, d, |t, stop: &AtomicBool| {
                 let mut rng = Rng::new(0xB7EE + t as u64);
@@ -148,6 +158,9 @@ fn run_load(b: &mut Bench, quick: bool) -> anyhow::Result<()> {
     for (ti, &threads) in THREADS.iter().enumerate() {
         for (vi, variant) in ["rwlock-btreemap", "xarray"].into_iter().enumerate() {
             let runs = &results[ti][vi];
+            if runs.is_empty() {
+                continue; // not run (`--variants`)
+            }
             b.record(
                 LOAD,
                 variant,
@@ -221,6 +234,10 @@ fn add_round(
 fn run_add(b: &mut Bench, quick: bool) -> anyhow::Result<()> {
     let budget = add_duration(quick);
     let pages = pages(ADD_KEYS);
+    let want = [b.wants("multi-walk"), b.wants("single-walk")];
+    if !want.contains(&true) {
+        return Ok(());
+    }
     for (case, order) in [(ADD0, 0u32), (ADD2, 2u32)] {
         b.compare(case, "multi-walk", "single-walk");
         b.step(&format!("{case}: inserts over shadows"));
@@ -231,16 +248,21 @@ fn run_add(b: &mut Bench, quick: bool) -> anyhow::Result<()> {
             perm.swap(k, rng.below(k as u64 + 1) as usize);
         }
         let mut totals = [AddTotals::default(), AddTotals::default()];
-        // Alternate rounds until both variants had their budget of timed inserts.
-        while totals.iter().any(|t| t.time < budget) {
+        // Alternate rounds until both variants (those asked for) had their budget of timed
+        // inserts.
+        let short = |totals: &[AddTotals; 2], vi: usize| want[vi] && totals[vi].time < budget;
+        while (0..2).any(|vi| short(&totals, vi)) {
             for (vi, multi) in [true, false].into_iter().enumerate() {
-                if totals[vi].time < budget {
+                if short(&totals, vi) {
                     add_round(order, multi, pages, &perm, &mut totals[vi])?;
                 }
             }
         }
         for (vi, variant) in ["multi-walk", "single-walk"].into_iter().enumerate() {
             let t = &totals[vi];
+            if !want[vi] {
+                continue;
+            }
             b.record(
                 case,
                 variant,

@@ -79,6 +79,7 @@ pub use trace::{steps as trace_steps, TraceArgs, TraceFormat};
 pub const SUITE: Suite = Suite {
     name: "evict",
     about: "reclaim: zipf, scan, loop, readonce, shadow memory; clock vs LRU vs workingset vs the kernel vs OPT",
+    variants: VARIANTS,
     steps,
     run,
 };
@@ -150,6 +151,39 @@ pub(crate) const QUIRE: &[Variant] = &[
         loop_protection: true,
     },
 ];
+
+/// The suite's variants: those of [`QUIRE`], `default` (the figures of whichever of them
+/// `CacheConfig::new` gives), `kernel`, `opt`, and the two of `shadow-memory`.
+pub(crate) const VARIANTS: &[&str] = &[
+    "clock",
+    "lru",
+    "lru-workingset",
+    "multigen",
+    "multigen-loop",
+    "default",
+    "kernel",
+    "opt",
+    "no-shrinker",
+    "shrinker",
+];
+
+/// The variants of a trace replay (`--trace`): those of [`QUIRE`], `default` (a replay of
+/// `CacheConfig::new`'s configuration) and `opt`.
+pub(crate) const TRACE_VARIANTS: &[&str] = &[
+    "clock",
+    "lru",
+    "lru-workingset",
+    "multigen",
+    "multigen-loop",
+    "default",
+    "opt",
+];
+
+/// Whether the quire variant `v` runs: asked for by its name, or, being the default, as
+/// `default` (`--variants`; its figures are then recorded only under the names asked for).
+fn runs(b: &Bench, v: &Variant) -> bool {
+    b.wants(v.name) || (v.is_default() && b.wants("default"))
+}
 
 /// Records a quire variant's figure, and again under `default` if the variant is the default.
 fn record_q(
@@ -243,6 +277,13 @@ fn run(b: &mut Bench) -> anyhow::Result<()> {
         return trace::run(b, &args);
     }
     let sz = Sizes::new(b.quick());
+    // Only `shadow-memory`'s variants asked for: no data files are needed.
+    let shadow_only = !VARIANTS
+        .iter()
+        .any(|v| !["no-shrinker", "shrinker"].contains(v) && b.wants(v));
+    if shadow_only {
+        return shadow_case(b, &sz);
+    }
     let scratch = Scratch::new("evict")?;
     b.step(&format!("writing data files in {}", scratch.describe()));
     let files = Files {
@@ -266,7 +307,6 @@ fn run(b: &mut Bench) -> anyhow::Result<()> {
     for case in ["zipf", "scan", "loop", "switch", "readonce"] {
         b.compare(case, "lru-workingset", "default");
     }
-    b.compare("shadow-memory", "no-shrinker", "shrinker");
     zipf_case(b, &sz, &files)?;
     scan_case(b, &sz, &files)?;
     loop_case(b, &sz, &files)?;
@@ -303,6 +343,9 @@ fn kernel_run(
     case: &str,
     spec: impl FnOnce(PathBuf) -> kernel::Spec,
 ) -> anyhow::Result<Option<kernel::Outcome>> {
+    if !b.wants("kernel") {
+        return Ok(None);
+    }
     let memcg = match kernel::Memcg::create(case) {
         Ok(m) => m,
         Err(why) => {
@@ -339,6 +382,9 @@ fn zipf_case(b: &mut Bench, sz: &Sizes, files: &Files) -> anyhow::Result<()> {
         .collect();
     let asked = (THREADS * sz.zipf_ops * PAGE) as u64;
     for v in QUIRE {
+        if !runs(b, v) {
+            continue;
+        }
         let variant = v.name;
         b.step(&format!("zipf / {variant}"));
         let cache = PageCache::new(v.config(sz.budget))?;
@@ -434,6 +480,9 @@ fn zipf_case(b: &mut Bench, sz: &Sizes, files: &Files) -> anyhow::Result<()> {
             "1/s",
         );
     }
+    if !b.wants("opt") {
+        return Ok(());
+    }
     b.step("zipf / opt");
     let merged = interleave(&traces.iter().map(Vec::as_slice).collect::<Vec<_>>());
     let opt = opt_ratio(&merged, sz.pages(), THREADS * warm);
@@ -453,6 +502,9 @@ fn scan_case(b: &mut Bench, sz: &Sizes, files: &Files) -> anyhow::Result<()> {
         .collect();
     let trace = uniform_trace(hot_pages, 1 << 24, 0x5CA);
     for v in QUIRE {
+        if !runs(b, v) {
+            continue;
+        }
         let variant = v.name;
         b.step(&format!("scan / {variant}"));
         let cache = PageCache::new(v.config(sz.budget))?;
@@ -518,6 +570,9 @@ fn scan_case(b: &mut Bench, sz: &Sizes, files: &Files) -> anyhow::Result<()> {
         let ratio = hit_ratio(o.read_bytes, o.ops * PAGE as u64);
         b.record("scan", "kernel", 2, "hot_hit_ratio", ratio, "ratio");
     }
+    if !b.wants("opt") {
+        return Ok(());
+    }
     b.step("scan / opt");
     // The hot reader and the stream one page each in turn; hot pages are numbered apart from
     // the stream's.
@@ -567,6 +622,9 @@ fn read_through(file: &CachedFile, buf: &mut [u8]) -> anyhow::Result<u64> {
 
 fn loop_case(b: &mut Bench, sz: &Sizes, files: &Files) -> anyhow::Result<()> {
     for v in QUIRE {
+        if !runs(b, v) {
+            continue;
+        }
         let variant = v.name;
         b.step(&format!("loop / {variant}"));
         let cache = PageCache::new(v.config(sz.budget))?;
@@ -624,6 +682,9 @@ fn loop_case(b: &mut Bench, sz: &Sizes, files: &Files) -> anyhow::Result<()> {
         let mbps = o.ops as f64 / o.elapsed_s / (1 << 20) as f64;
         b.record("loop", "kernel", 1, "mb_per_s", mbps, "MiB/s");
     }
+    if !b.wants("opt") {
+        return Ok(());
+    }
     b.step("loop / opt");
     let pages = (std::fs::metadata(&files.looped)?.len() / PAGE as u64) as u32;
     let trace: Vec<u32> = (0..=sz.loop_passes).flat_map(|_| 0..pages).collect();
@@ -636,6 +697,9 @@ fn loop_case(b: &mut Bench, sz: &Sizes, files: &Files) -> anyhow::Result<()> {
 
 fn switch_case(b: &mut Bench, sz: &Sizes, files: &Files) -> anyhow::Result<()> {
     for v in QUIRE {
+        if !runs(b, v) {
+            continue;
+        }
         let variant = v.name;
         b.step(&format!("switch / {variant}"));
         let cache = PageCache::new(v.config(sz.budget))?;
@@ -718,6 +782,9 @@ fn switch_case(b: &mut Bench, sz: &Sizes, files: &Files) -> anyhow::Result<()> {
         let mbps = o.ops as f64 / o.elapsed_s / (1 << 20) as f64;
         b.record("switch", "kernel", 1, "mb_per_s", mbps, "MiB/s");
     }
+    if !b.wants("opt") {
+        return Ok(());
+    }
     b.step("switch / opt");
     let pages = (std::fs::metadata(&files.switch[0])?.len() / PAGE as u64) as u32;
     let mut trace = Vec::new();
@@ -736,6 +803,9 @@ fn switch_case(b: &mut Bench, sz: &Sizes, files: &Files) -> anyhow::Result<()> {
 
 fn readonce_case(b: &mut Bench, sz: &Sizes, files: &Files) -> anyhow::Result<()> {
     for v in QUIRE {
+        if !runs(b, v) {
+            continue;
+        }
         let variant = v.name;
         b.step(&format!("readonce / {variant}"));
         let cache = PageCache::new(v.config(sz.budget))?;
@@ -817,9 +887,13 @@ fn readonce_case(b: &mut Bench, sz: &Sizes, files: &Files) -> anyhow::Result<()>
 // ---- shadow-memory ------------------------------------------------------------------------
 
 fn shadow_case(b: &mut Bench, sz: &Sizes) -> anyhow::Result<()> {
+    b.compare("shadow-memory", "no-shrinker", "shrinker");
     let budget = sz.shadow_budget;
     let len = 100 * budget;
     for (variant, shrinker) in [("no-shrinker", false), ("shrinker", true)] {
+        if !b.wants(variant) {
+            continue;
+        }
         b.step(&format!("shadow-memory / {variant}"));
         let mut cfg = CacheConfig::new(budget as usize);
         cfg.max_folio_order = 0;
@@ -852,4 +926,28 @@ fn shadow_case(b: &mut Bench, sz: &Sizes) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn declared_variants_cover_the_quire_table() {
+        for v in QUIRE {
+            assert!(
+                VARIANTS.contains(&v.name),
+                "{} missing from VARIANTS",
+                v.name
+            );
+            assert!(
+                TRACE_VARIANTS.contains(&v.name),
+                "{} missing from TRACE_VARIANTS",
+                v.name
+            );
+        }
+        assert_eq!(QUIRE.len() + 5, VARIANTS.len());
+        assert_eq!(QUIRE.len() + 2, TRACE_VARIANTS.len());
+        assert_eq!(QUIRE.iter().filter(|v| v.is_default()).count(), 1);
+    }
 }

@@ -707,13 +707,21 @@ pub fn run(b: &mut Bench, args: &TraceArgs) -> anyhow::Result<()> {
         cfg
     };
     for v in QUIRE {
+        if !b.wants(v.name) {
+            continue;
+        }
         b.step(&format!("{CASE} / {}", v.name));
         let o = replay(readahead(v.config(budget)), &trace)?;
         report(b, v.name, &o);
     }
-    b.step(&format!("{CASE} / default"));
-    let o = replay(readahead(CacheConfig::new(budget as usize)), &trace)?;
-    report(b, "default", &o);
+    if b.wants("default") {
+        b.step(&format!("{CASE} / default"));
+        let o = replay(readahead(CacheConfig::new(budget as usize)), &trace)?;
+        report(b, "default", &o);
+    }
+    if !b.wants("opt") {
+        return Ok(());
+    }
     b.step(&format!("{CASE} / opt"));
     let capacity = (budget / page) as usize;
     let hits = opt_hits(&trace.pages, capacity);
