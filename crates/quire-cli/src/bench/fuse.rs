@@ -245,18 +245,19 @@ fn drop_cache(path: &Path) -> anyhow::Result<()> {
 
 // ---- memory cgroups (v1) ---------------------------------------------------------------------
 
-/// Where this process's memory cgroup (v1) is; new groups are made under it.
-struct Cgroups {
+/// Where this process's memory cgroup (v1) is; new groups are made under it. (Also what the
+/// `inflight` suite holds fio's page cache to its budget with.)
+pub(super) struct Cgroups {
     base: PathBuf,
 }
 
 /// One memory group, removed when dropped.
-struct Group {
+pub(super) struct Group {
     dir: PathBuf,
 }
 
 impl Cgroups {
-    fn new() -> Result<Cgroups, String> {
+    pub(super) fn new() -> Result<Cgroups, String> {
         let mount = Path::new("/sys/fs/cgroup/memory");
         if !mount.join("memory.limit_in_bytes").exists() {
             return Err("no cgroup-v1 memory controller at /sys/fs/cgroup/memory".into());
@@ -280,7 +281,7 @@ impl Cgroups {
         Ok(Cgroups { base })
     }
 
-    fn group(&self, name: &str, limit: u64) -> anyhow::Result<Group> {
+    pub(super) fn group(&self, name: &str, limit: u64) -> anyhow::Result<Group> {
         let dir = self
             .base
             .join(format!("quire-bench-{name}-{}", std::process::id()));
@@ -297,9 +298,19 @@ impl Group {
         self.dir.join("cgroup.procs")
     }
 
-    fn set_limit(&self, limit: u64) -> anyhow::Result<()> {
+    pub(super) fn set_limit(&self, limit: u64) -> anyhow::Result<()> {
         fs::write(self.dir.join("memory.limit_in_bytes"), limit.to_string())?;
         Ok(())
+    }
+
+    /// The most memory the group has held at once (`memory.max_usage_in_bytes`).
+    pub(super) fn max_usage(&self) -> anyhow::Result<u64> {
+        let p = self.dir.join("memory.max_usage_in_bytes");
+        fs::read_to_string(&p)
+            .with_context(|| format!("reading {}", p.display()))?
+            .trim()
+            .parse()
+            .with_context(|| format!("parsing {}", p.display()))
     }
 }
 
@@ -447,14 +458,22 @@ struct Env {
 }
 
 /// What one fio run measured (its first job, group-reported).
-struct FioResult {
-    iops: f64,
-    lat_us: f64,
-    bytes: f64,
+pub(super) struct FioResult {
+    pub(super) iops: f64,
+    pub(super) lat_us: f64,
+    pub(super) bytes: f64,
+    /// I/Os completed.
+    pub(super) ios: f64,
+    /// How long the job ran, in seconds (fio's `runtime`).
+    pub(super) runtime_s: f64,
 }
 
 /// Runs fio with `args` (in `group` if given); parses its JSON report.
-fn fio(args: &[String], group: Option<&Group>, write: bool) -> anyhow::Result<FioResult> {
+pub(super) fn fio(
+    args: &[String],
+    group: Option<&Group>,
+    write: bool,
+) -> anyhow::Result<FioResult> {
     let mut cmd = match group {
         Some(g) => {
             let mut c = Command::new("sh");
@@ -486,6 +505,8 @@ fn fio(args: &[String], group: Option<&Group>, write: bool) -> anyhow::Result<Fi
         iops: job["iops"].as_f64().unwrap_or(0.0),
         lat_us: job["lat_ns"]["mean"].as_f64().unwrap_or(0.0) / 1000.0,
         bytes: job["io_bytes"].as_f64().unwrap_or(0.0),
+        ios: job["total_ios"].as_f64().unwrap_or(0.0),
+        runtime_s: job["runtime"].as_f64().unwrap_or(0.0) / 1000.0,
     })
 }
 

@@ -32,7 +32,7 @@ impl Better {
             // What stayed in memory.
             "hit_ratio" | "hot_hit_ratio" | "demand_hit_ratio" => Higher,
             // Time per unit of work.
-            "ns_per_op" | "ns_per_page" | "ns_per_test" | "lat_us" => Lower,
+            "ns_per_op" | "ns_per_page" | "ns_per_test" | "lat_us" | "seconds" => Lower,
             // Work or waiting per unit of work: each is overhead the "after" variant removes.
             "ctx_switches_per_op"
             | "ctx_switches_per_walk"
@@ -52,10 +52,10 @@ impl Better {
             "daemon_rss_mib" | "index_heap_bytes_per_budget_byte" => Lower,
             // Descriptions of a run, not scores: the share of frames background reclaim keeps
             // free, the share of refaults workingset detection activated, the share of a FUSE
-            // request that is the round trip itself, and the pages a trace replay evicted.
-            "free_share_at_end" | "refaults_activated" | "round_trip_share" | "evicted_pages" => {
-                Better::None
-            }
+            // request that is the round trip itself, the pages a trace replay evicted, and the
+            // reads per second that went to storage (as many as the cache let through).
+            "free_share_at_end" | "refaults_activated" | "round_trip_share" | "evicted_pages"
+            | "miss_iops" => Better::None,
             _ => return None,
         })
     }
@@ -94,6 +94,7 @@ mod tests {
         ("evict/mod.rs", include_str!("evict/mod.rs")),
         ("evict/trace.rs", include_str!("evict/trace.rs")),
         ("fuse.rs", include_str!("fuse.rs")),
+        ("inflight.rs", include_str!("inflight.rs")),
         ("lockref.rs", include_str!("lockref.rs")),
         ("pagelock.rs", include_str!("pagelock.rs")),
         ("read.rs", include_str!("read.rs")),

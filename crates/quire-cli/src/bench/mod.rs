@@ -17,6 +17,7 @@ pub(crate) mod evict;
 mod fuse;
 mod harness;
 mod host;
+mod inflight;
 mod lockref;
 mod metric;
 mod pagelock;
@@ -66,6 +67,7 @@ pub const SUITES: &[Suite] = &[
     dirtybit::SUITE,
     unmap::SUITE,
     fuse::SUITE,
+    inflight::SUITE,
 ];
 
 /// What a suite records into.

@@ -56,7 +56,7 @@
 
 mod kernel;
 mod trace;
-mod workload;
+pub(crate) mod workload;
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
