@@ -174,6 +174,9 @@ events! {
     Swapins => pswpin,
     /// Anonymous pages faulted in: first touch, swap-in or a copy-on-write copy.
     AnonFaults => anon_faults,
+    /// A future queued itself on the wait table to wait for a bit (bitwait's async waiters:
+    /// the async sibling of `sleeps`).
+    AsyncWaits => async_waits,
 }
 
 const NR_EVENTS: usize = Event::ALL.len();

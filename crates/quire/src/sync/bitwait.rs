@@ -21,6 +21,20 @@
 //!    takes the lock *on the waiter's behalf* inside the wake filter and wakes it as the owner,
 //!    so no locker starves.
 //!
+//! # Async waiters
+//!
+//! [`lock_async`] and [`wait_clear_async`] (and the [`WaitPolicy`] methods of the same names)
+//! are futures that wait the same way without blocking a thread, after the kernel's
+//! `wait_page_queue` (`IOCB_WAITQ`): a contended future queues an entry holding its
+//! [`Waker`](std::task::Waker) in an async waiter table keyed like the wait table, and is woken
+//! by the same clears under the same rules. Both populations are queued, woken and counted under
+//! the one wait-table lock of their key, so that `WAITERS` stays set while a thread *or* a future
+//! waits, and is cleared when neither is left; a clear wakes every shared waiter of the bit and
+//! exactly one exclusive waiter, thread or future — the oldest, by a ticket each takes when it
+//! queues; a lock can be handed off to a future, which then completes owning it. Dropping a
+//! future takes its entry out, and unlocks a lock handed to it meanwhile (or passes on a wake-up
+//! it can no longer use). The mechanism is described in `sync/bitwait_async.rs`.
+//!
 //! # The flag word
 //!
 //! bitwait owns bits 0 and 1 of every word it is used on; the word's owner (the folio) defines
@@ -29,12 +43,13 @@
 //! | bit | name | set by | cleared by |
 //! |---|---|---|---|
 //! | 0 | [`LOCKED`] | [`try_lock`] / [`lock`] (`fetch_or`, acquire), or a waker handing the lock off | [`unlock`] (`fetch_and`, release) |
-//! | 1 | [`WAITERS`] | a sleeper's validate step, under the wait-table lock, just before it sleeps | a waker's (or a leaving sleeper's) callback, under that lock, when nobody is left parked on the word |
+//! | 1 | [`WAITERS`] | a sleeper's validate step (or a future's queueing), under the wait-table lock, just before it sleeps | a waker's (or a leaving waiter's) callback, under that lock, when no thread is left parked on the word and no future queued on it |
 //! | 2.. | the owner's | the owner | the owner, with [`clear_and_wake`] when somebody may wait for it |
 //!
-//! Invariant: while a thread sleeps on a word, `WAITERS` is set in it. The converse does not hold:
-//! a thread that set `WAITERS` and then found the bit already clear does not sleep, and the next
-//! clear pays one needless table lookup, which then clears `WAITERS`.
+//! Invariant: while a thread sleeps on a word or a future is queued on it, `WAITERS` is set in
+//! it. The converse does not hold: a thread that set `WAITERS` and then found the bit already
+//! clear does not sleep, and the next clear pays one needless table lookup, which then clears
+//! `WAITERS`.
 //!
 //! # The "before" policies
 //!
@@ -54,8 +69,16 @@ use std::sync::atomic::{AtomicU32 as StdAtomicU32, Ordering as StdOrdering};
 use std::time::Instant;
 
 use crate::stats::{count, Event};
+use crate::sync::bitwait_async::{self as asynch, broken};
 use crate::sync::loom::{AtomicBool, AtomicU64, Mutex, Ordering};
 use crate::sync::parking::{self, FilterOp, ParkResult};
+
+pub use crate::sync::bitwait_async::{lock_async, wait_clear_async, LockFuture, WaitClearFuture};
+
+/// The deliberately broken variants of the async waiters, for the loom models.
+#[cfg(loom)]
+#[doc(hidden)]
+pub use crate::sync::bitwait_async::broken as async_broken;
 
 /// The lock bit.
 pub const LOCKED: u64 = 1 << 0;
@@ -118,6 +141,9 @@ struct Waiter {
     /// Whether the waker should take the lock on this thread's behalf. Written by the owner only
     /// while it is not parked; read by wakers only while it is.
     handoff: Cell<bool>,
+    /// Its place in line among the threads and futures waiting on its key, taken in `validate`
+    /// (under the queue lock) each time it parks; read by wakers while it is parked.
+    ticket: Cell<u64>,
     /// The cancel this wait is bound by, or null.
     cancel: *const Cancel,
 }
@@ -197,7 +223,7 @@ impl Cancel {
                     }
                 },
                 |res| {
-                    if !res.have_more && uses_bit {
+                    if !res.have_more && uses_bit && !asynch::any_waiting(r.key) {
                         // SAFETY: the sleeper is registered, so it is inside a wait on `word`
                         // and the word outlives that wait; it cannot deregister while we hold
                         // `waits`.
@@ -248,13 +274,13 @@ static SHARED_QUEUES: [u8; 256] = [0; 256];
 
 impl WaitPolicy {
     #[inline(always)]
-    fn uses_waiters_bit(self) -> bool {
+    pub(super) fn uses_waiters_bit(self) -> bool {
         !matches!(self, WaitPolicy::AlwaysLookup)
     }
 
     /// The wait-table key a sleeper on `word` parks on.
     #[inline]
-    fn key(self, word: &AtomicU64) -> usize {
+    pub(super) fn key(self, word: &AtomicU64) -> usize {
         let addr = word as *const AtomicU64 as usize;
         match self {
             WaitPolicy::UnfilteredWakeAll => {
@@ -343,17 +369,21 @@ impl WaitPolicy {
         count(Event::WaitTableLookups);
         let key = self.key(word);
         let uses_bit = self.uses_waiters_bit();
+        // The futures of the key: woken by the same rules, under the same lock, in the callback.
+        let futures = asynch::Wake::new(key, word, bit);
         if self == WaitPolicy::UnfilteredWakeAll {
             parking::unpark_filter(
                 key,
                 |_| FilterOp::Unpark,
                 |res| {
-                    if !res.have_more {
+                    let futures_left = futures.wake_all();
+                    if !res.have_more && !futures_left {
                         word.fetch_and(!WAITERS, Ordering::Relaxed);
                     }
                     WOKEN_NORMAL
                 },
             );
+            futures.finish();
             return;
         }
         let mut woke_exclusive = false;
@@ -380,6 +410,11 @@ impl WaitPolicy {
                     return FilterOp::Skip;
                 }
                 woke_exclusive = true;
+                if !futures.thread_goes_first(w.ticket.get()) {
+                    // A future queued before this thread takes the one exclusive wake-up: the
+                    // callback wakes it.
+                    return FilterOp::Skip;
+                }
                 if w.handoff.get() {
                     if word.fetch_or(LOCKED, Ordering::Acquire) & LOCKED != 0 {
                         return FilterOp::Stop;
@@ -389,7 +424,8 @@ impl WaitPolicy {
                 FilterOp::Unpark
             },
             |res| {
-                if !res.have_more && uses_bit {
+                let futures_left = futures.wake() && !broken::is(broken::WAKE_FORGETS_FUTURES);
+                if !res.have_more && !futures_left && uses_bit {
                     word.fetch_and(!WAITERS, Ordering::Relaxed);
                 }
                 if handed_off.get() {
@@ -399,6 +435,7 @@ impl WaitPolicy {
                 }
             },
         );
+        futures.finish();
     }
 }
 
@@ -478,6 +515,7 @@ fn wait_slow(
         bit,
         exclusive,
         handoff: Cell::new(false),
+        ticket: Cell::new(0),
         cancel: cancel.map_or(std::ptr::null(), |c| c as *const Cancel),
     };
     let token = &waiter as *const Waiter as usize;
@@ -532,6 +570,7 @@ fn wait_slow(
                 let sleep = now & bit != 0 && !cancel.is_some_and(|c| c.is_cancelled());
                 if sleep {
                     count(Event::Sleeps);
+                    waiter.ticket.set(asynch::next_ticket());
                 } else if uses_bit && now & WAITERS == 0 {
                     // We set WAITERS and do not sleep after all. Nobody else sleeps on the word
                     // (a sleeper would have set it), and nobody can start to while we hold the
@@ -540,8 +579,8 @@ fn wait_slow(
                 }
                 sleep
             },
-            |_key, was_last| {
-                if was_last && uses_bit {
+            |key, was_last| {
+                if was_last && uses_bit && !asynch::any_waiting(key) {
                     word.fetch_and(!WAITERS, Ordering::Relaxed);
                 }
             },
@@ -566,16 +605,30 @@ fn wait_slow(
     }
 }
 
-/// Whether the waiters invariant holds for `word` right now: if any thread is parked on it,
-/// [`WAITERS`] is set. For the loom models.
+/// Whether the waiters invariant holds for `word` right now: if any thread is parked on it or
+/// any future queued on it, [`WAITERS`] is set. For the loom models.
 #[cfg(loom)]
 #[doc(hidden)]
 pub fn waiters_invariant_holds(word: &AtomicU64) -> bool {
     let key = WaitPolicy::Exact.key(word);
     parking::with_parked(key, |parked| {
-        parked == 0 || word.load(Ordering::Relaxed) & WAITERS != 0
+        (parked == 0 && asynch::waiting(key) == 0) || word.load(Ordering::Relaxed) & WAITERS != 0
     })
 }
+
+/// How many threads are parked on `word` and how many futures are queued on it, read under the
+/// queue lock. For the loom models.
+#[cfg(loom)]
+#[doc(hidden)]
+pub fn waiters(word: &AtomicU64) -> (usize, usize) {
+    let key = WaitPolicy::Exact.key(word);
+    parking::with_parked(key, |parked| (parked, asynch::waiting(key)))
+}
+
+/// Held by the unit tests that depend on [`lock_unfairness`] (a process-wide setting) while
+/// they set and use it, so that tests running at once do not change it under each other.
+#[cfg(all(test, not(loom)))]
+pub(crate) static UNFAIRNESS_TEST_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 #[cfg(all(test, not(loom)))]
 mod tests {
@@ -781,6 +834,9 @@ mod tests {
     fn unlock_hands_the_lock_to_a_waiter_that_asked_for_it() {
         // With unfairness 0 a sleeping locker asks for hand-off at once: the unlock that wakes it
         // takes the lock on its behalf, so the word is still LOCKED when `unlock` returns.
+        let _serial = UNFAIRNESS_TEST_LOCK
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let saved = lock_unfairness();
         set_lock_unfairness(0);
         let before = crate::stats::read(Event::LockHandoffs);

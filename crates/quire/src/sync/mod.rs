@@ -1,7 +1,8 @@
 //! Synchronisation primitives that the rest of quire is built from.
 //!
 //! - [`bitwait`]: lock and wait on single bits of a 64-bit flag word (the folio lock, waiting for
-//!   write-back), with a waiters bit so that an uncontended unlock never touches the wait table.
+//!   write-back), with a waiters bit so that an uncontended unlock never touches the wait table;
+//!   sleeping threads and async waiters (futures, in `bitwait_async`) share one wait table.
 //! - [`lockref`]: a spinlock and a reference count in one 64-bit word.
 //! - [`rcu`]: the read side of the lock-free lookups (an epoch guard).
 //! - `loom` (an internal facade, hidden from this documentation): the atomics every protocol
@@ -9,6 +10,7 @@
 //!   be model-checked.
 
 pub mod bitwait;
+mod bitwait_async;
 pub mod lockref;
 #[doc(hidden)]
 pub mod loom;

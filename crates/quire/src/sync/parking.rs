@@ -9,6 +9,8 @@
 //!   before that lock is released, so a waker that takes the lock later will find it;
 //! - `filter` and `callback` of [`unpark_filter`] run under that same lock, in queue order
 //!   (oldest waiter first), and `callback` learns whether any thread is still parked on the key;
+//!   `callback` runs even when no thread is parked on the key, so bitwait's async waiters queue
+//!   and leave inside it (with a filter that wakes nobody), under the lock their wakers take;
 //! - `timed_out` runs under the lock too, after the thread left the queue, and learns whether it
 //!   was the last thread on the key.
 
@@ -87,7 +89,8 @@ mod imp {
         mut filter: impl FnMut(usize) -> FilterOp,
         callback: impl FnOnce(UnparkResult) -> usize,
     ) -> UnparkResult {
-        // SAFETY: `filter` and `callback` only touch atomics and the waiters' records, and never
+        // SAFETY: `filter` and `callback` only touch atomics, the waiters' records and the async
+        // waiter table (under its own mutex, which never waits for the parking lot), and never
         // call back into the parking lot.
         let r = unsafe {
             plc::unpark_filter(
@@ -116,9 +119,18 @@ mod imp {
 mod imp {
     //! One global queue behind a loom mutex; a parked thread sleeps in `loom::thread::park`
     //! until its record says it was woken. Deadlines are not modelled (loom has no clock).
+    //!
+    //! The queue lock is the one lock of every key, so everything that bitwait does under "the
+    //! key's queue lock" — the threads' records and the async waiter table alike — is
+    //! serialised by it, as parking_lot_core's bucket lock serialises it for one key.
     use super::*;
     use loom::sync::atomic::{AtomicUsize, Ordering};
-    use loom::sync::{Arc, Mutex};
+    use loom::sync::Mutex;
+    // std's Arc, not loom's: a model that fails by deadlock leaves threads in the queue, and
+    // loom drops the queue (a lazy static) after the execution, where a loom Arc may not be
+    // dropped; that aborted the process instead of failing the model. The flag's ordering is
+    // the loom atomic's; the Arc only keeps it alive.
+    use std::sync::Arc;
 
     struct Parked {
         key: usize,
