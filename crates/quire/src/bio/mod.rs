@@ -1,12 +1,12 @@
 //! Block I/O beneath the stores: requests submitted in batches to an engine that keeps many of
 //! them in flight, after the kernel's `bio`, `blk_plug` and completion path.
 //!
-//! A [`Bio`] moves bytes between **frame memory** (a locked folio being read, a folio under
-//! write-back) and a [`Store`], at a byte offset. Whoever builds it gives it a [`BioEnd`]: the
+//! A `Bio` moves bytes between **frame memory** (a locked folio being read, a folio under
+//! write-back) and a [`Store`], at a byte offset. Whoever builds it gives it a `BioEnd`: the
 //! owner of everything the request needs while it is in flight (the folio's lock and
 //! reference, the mapping that keeps the store and the pool alive) and the code that runs when
 //! it is over (`end_io`: mark the folio up to date and unlock it, or end its write-back). The
-//! submitter does not wait: it hands a batch to [`Engine::submit`] and goes on, the way the
+//! submitter does not wait: it hands a batch to `Engine::submit` and goes on, the way the
 //! kernel's readahead submits a window of bios under one plug and returns.
 //!
 //! # Engines

@@ -23,6 +23,7 @@ use crate::sync::loom::SpinWait;
 use crate::sync::rcu;
 use crate::xarray::{Entry, XArray, XaError};
 
+mod aio;
 mod hit;
 mod truncate;
 pub(crate) use hit::Translation;
@@ -110,6 +111,8 @@ pub(crate) struct ReadEnd {
     mapping: Arc<Mapping>,
     folio: Option<RawLocked>,
     plan: ReadPlan,
+    /// Where the error goes, for a caller awaiting this folio.
+    report: Option<aio::ReadReport>,
 }
 
 impl ReadEnd {
@@ -134,9 +137,17 @@ impl BioEnd for ReadEnd {
     fn end_io(mut self: Box<Self>, done: usize, res: StoreResult<()>) {
         let plan = self.plan;
         let mapping = self.mapping.clone();
+        let report = self.report.take();
         if let Some(mut g) = self.guard() {
-            if mapping.read_done(&mut g, plan, res.map(|()| done)).is_ok() {
-                count(Event::Readahead);
+            match mapping.read_done(&mut g, plan, res.map(|()| done)) {
+                // A folio a caller awaits was counted as its miss.
+                Ok(()) if report.is_none() => count(Event::Readahead),
+                Ok(()) => {}
+                Err(e) => {
+                    if let Some(r) = &report {
+                        r.lock().unwrap().get_or_insert(e);
+                    }
+                }
             }
         }
     }
@@ -424,7 +435,12 @@ impl Mapping {
     /// A request to read the locked, not-up-to-date folio `g` through the I/O engine, which
     /// then owns its lock and reference. `Err(g)`: nothing to read from the store (the folio
     /// lies past the data; [`Mapping::read_into`] zeroes it).
-    fn read_bio<'p>(&self, g: FolioGuard<'p>) -> std::result::Result<Bio, FolioGuard<'p>> {
+    /// The read's end reports an error to `report`, if given (a caller awaiting this folio).
+    pub(super) fn read_bio_reporting<'p>(
+        &self,
+        g: FolioGuard<'p>,
+        report: Option<aio::ReadReport>,
+    ) -> std::result::Result<Bio, FolioGuard<'p>> {
         let plan = self.read_plan(&g);
         let Some(me) = self.this.upgrade() else {
             return Err(g);
@@ -446,6 +462,7 @@ impl Mapping {
                 mapping: me,
                 folio: Some(RawLocked(ptr)),
                 plan,
+                report,
             }),
         })
     }
@@ -519,6 +536,34 @@ impl Mapping {
     /// alignment allows), reads the piece holding `sync` now, and hands the rest to the
     /// readahead threads. Stops at the first piece already cached or when memory is short.
     fn readahead(&self, w: RaWindow, sync: Option<u64>) -> Result<()> {
+        let mut sync_guard = None;
+        let mut batch = Vec::new();
+        self.insert_window(w, sync, |g, holds_sync| {
+            if holds_sync {
+                sync_guard = Some(g);
+            } else {
+                self.push_read(g, None, &mut batch);
+            }
+        })?;
+        // The window but the folio the caller waits for, as one batch (the kernel's plug);
+        // the caller's folio is read here meanwhile, so its errors come back typed.
+        self.cache.bio.submit(batch);
+        match sync_guard {
+            Some(mut g) => self.read_into(&mut g),
+            None => Ok(()),
+        }
+    }
+
+    /// Inserts a locked folio for every piece of `w` not cached (large folios where the
+    /// alignment allows), giving each to `each` with whether it holds page `sync`. Stops at the
+    /// first piece already cached or when memory is short (the piece holding `sync` is
+    /// allocated even then, one page at a time if a smaller folio is in the way).
+    pub(super) fn insert_window<'a>(
+        &'a self,
+        w: RaWindow,
+        sync: Option<u64>,
+        mut each: impl FnMut(FolioGuard<'a>, bool),
+    ) -> Result<()> {
         let _inv = self.invalidate_lock.read().unwrap();
         let end_page = self.size().div_ceil(PAGE_SIZE);
         let end = (w.start + w.size).min(end_page);
@@ -528,8 +573,6 @@ impl Mapping {
             }
         }
         let max_order = self.cache.config.max_folio_order;
-        let mut sync_guard = None;
-        let mut ahead = Vec::new();
         let mut pieces = folio_orders(w.start, end.saturating_sub(w.start), max_order);
         pieces.reverse();
         while let Some((idx, order)) = pieces.pop() {
@@ -557,30 +600,10 @@ impl Mapping {
             if w.marker.is_some_and(|m| covered.contains(&m)) {
                 g.set_readahead();
             }
-            if sync.is_some_and(|s| covered.contains(&s)) {
-                sync_guard = Some(g);
-            } else {
-                ahead.push(g);
-            }
+            let holds = sync.is_some_and(|s| covered.contains(&s));
+            each(g, holds);
         }
-        // The window but the folio the caller waits for, as one batch (the kernel's plug);
-        // the caller's folio is read here meanwhile, so its errors come back typed.
-        let mut batch = Vec::with_capacity(ahead.len());
-        for g in ahead {
-            match self.read_bio(g) {
-                Ok(bio) => batch.push(bio),
-                Err(mut g) => {
-                    if self.read_into(&mut g).is_ok() {
-                        count(Event::Readahead);
-                    }
-                }
-            }
-        }
-        self.cache.bio.submit(batch);
-        match sync_guard {
-            Some(mut g) => self.read_into(&mut g),
-            None => Ok(()),
-        }
+        Ok(())
     }
 
     pub(crate) fn read_at(&self, ra: &Readahead, offset: u64, buf: &mut [u8]) -> Result<usize> {

@@ -66,6 +66,7 @@
 //! fixed, its `mapping` is set to 0 and it is taken off its LRU list, in that order (see
 //! `vmscan/swap.rs` for why).
 
+mod block_on;
 pub mod errseq;
 pub(crate) mod immap;
 pub(crate) mod mapping;
@@ -93,6 +94,7 @@ use crate::sync::bitwait::WaitPolicy;
 use crate::vmscan::{self, Lru, ReclaimPolicy, VmConfig, Vmscan, Watermarks, NR_LRU_LISTS};
 use crate::xarray::{AddWalks, ListedNode, Mark, XArray, XaPointer};
 
+pub use block_on::block_on;
 pub use errseq::{ErrSeq, ErrSeqSince};
 use mapping::Mapping;
 pub use owned::OwnedFolio;
@@ -946,6 +948,111 @@ impl CachedFile {
             data = &data[n..];
         }
         Ok(())
+    }
+
+    // ---- asynchronous counterparts ------------------------------------------------------
+
+    /// [`CachedFile::read_at`] that awaits misses instead of blocking the thread: a miss
+    /// submits its readahead window (the wanted folio included) to the I/O engine as one batch
+    /// and the task waits in the folio's wait queue, woken when the read ends (the kernel's
+    /// io_uring buffered read with `IOCB_WAITQ`). Hits complete without awaiting. Any executor
+    /// runs it (std futures only).
+    ///
+    /// Cancel-safe: dropping the future leaves nothing locked and no waiter; reads it started
+    /// finish into frame memory (never into `buf`) and stay cached. Allocation may still
+    /// reclaim on the polling thread, as in [`CachedFile::read_at`].
+    ///
+    /// ```
+    /// use quire::{CacheConfig, MemStore, PageCache};
+    ///
+    /// # fn main() -> Result<(), quire::FilemapError> {
+    /// let cache = PageCache::new(CacheConfig::new(4 << 20))?;
+    /// let file = cache.open(MemStore::from_vec(vec![7; 64 << 10]))?;
+    /// let mut buf = [0u8; 100];
+    /// // Any executor; this one is a few lines of std (see the crate's examples for tokio).
+    /// let n = quire::filemap::block_on(file.read_at_async(10_000, &mut buf))?;
+    /// assert_eq!((n, buf[0]), (100, 7));
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[doc(alias("filemap_read", "IOCB_WAITQ"))]
+    pub async fn read_at_async(&self, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        self.mapping.read_at_async(&self.ra, offset, buf).await
+    }
+
+    /// [`CachedFile::read_exact_at`] that awaits misses ([`CachedFile::read_at_async`]).
+    pub async fn read_exact_at_async(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        let n = self.read_at_async(offset, buf).await?;
+        if n < buf.len() {
+            return Err(short_read(offset + n as u64));
+        }
+        Ok(())
+    }
+
+    /// [`CachedFile::read_folio`] that awaits a miss ([`CachedFile::read_at_async`]).
+    #[doc(alias = "read_cache_folio")]
+    pub async fn read_folio_async(&self, index: u64) -> Result<FolioRef<'_>> {
+        self.mapping.read_folio_async(&self.ra, index).await
+    }
+
+    /// [`CachedFile::write_at`] that awaits, instead of blocking on, the reads a write needs:
+    /// the pages it covers only in part that are not cached are read first
+    /// ([`CachedFile::read_folio_async`]), then the write is made in the cache. Dirty
+    /// throttling ([`CacheConfig::dirty_limit`]) may still block the thread for a moment.
+    pub async fn write_at_async(&self, offset: u64, data: &[u8]) -> Result<usize> {
+        if data.is_empty() {
+            return self.write_at(offset, data);
+        }
+        check_range(offset, data.len())?;
+        let end = offset + data.len() as u64;
+        let size = self.len();
+        for pos in [offset, end - 1] {
+            let index = pos >> FRAME_SHIFT;
+            let page_start = index << FRAME_SHIFT;
+            let whole = offset <= page_start && end >= page_start + PAGE_SIZE;
+            if !whole && page_start < size {
+                self.read_folio_async(index).await?;
+            }
+        }
+        self.write_at(offset, data)
+    }
+
+    /// [`CachedFile::write_all_at`] that awaits reads ([`CachedFile::write_at_async`]).
+    pub async fn write_all_at_async(&self, mut offset: u64, mut data: &[u8]) -> Result<()> {
+        while !data.is_empty() {
+            let n = self.write_at_async(offset, data).await?;
+            if n == 0 {
+                return Err(FilemapError::Store(StoreError::WriteZero { offset }));
+            }
+            offset += n as u64;
+            data = &data[n..];
+        }
+        Ok(())
+    }
+
+    /// Starts reading every page of the byte ranges `ranges` that is not cached, as one batch
+    /// of requests to the I/O engine, and returns without waiting: a synchronous caller's way
+    /// to put many misses in flight at once (`readahead(2)`, `POSIX_FADV_WILLNEED`), after
+    /// which its reads of those pages hit or wait for reads already under way. Pages already
+    /// cached are skipped; ranges past the end of the file are cut to it; it stops early when
+    /// memory is short. Returns the pages submitted.
+    ///
+    /// ```
+    /// use quire::{CacheConfig, MemStore, PageCache};
+    ///
+    /// # fn main() -> Result<(), quire::FilemapError> {
+    /// let cache = PageCache::new(CacheConfig::new(4 << 20))?;
+    /// let file = cache.open(MemStore::from_vec(vec![1; 1 << 20]))?;
+    /// let pages = file.prefetch(&[0..8192, 100_000..104_096])?;
+    /// assert!(pages >= 3);
+    /// let mut buf = [0u8; 8192];
+    /// file.read_exact_at(0, &mut buf)?; // waits for the read under way, if any
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[doc(alias("readahead", "force_page_cache_ra", "POSIX_FADV_WILLNEED"))]
+    pub fn prefetch(&self, ranges: &[std::ops::Range<u64>]) -> Result<u64> {
+        self.mapping.prefetch(ranges)
     }
 
     /// A [`FileCursor`] at the start of the file: `std::io::{Read, Write, Seek}` on this

@@ -971,6 +971,21 @@ impl<'p> FolioRef<'p> {
         FolioGuard::from_ref(self, policy)
     }
 
+    /// [`FolioRef::lock_with`] that awaits the lock instead of sleeping: the task parks a
+    /// waker in the folio's wait queue (`sync::bitwait_async`). Cancel-safe: a future dropped
+    /// before it completes leaves no waiter, holds no lock and puts its reference.
+    #[doc(alias = "__folio_lock_async")]
+    pub async fn lock_async(self, policy: WaitPolicy) -> FolioGuard<'p> {
+        policy.lock_async(&self.folio.flags).await;
+        FolioGuard::from_ref(self, policy)
+    }
+
+    /// Waits (asynchronously) until the folio is unlocked: "wait for the read in flight".
+    #[doc(alias = "folio_wait_locked_async")]
+    pub async fn wait_unlocked_async(&self, policy: WaitPolicy) {
+        policy.wait_clear_async(&self.folio.flags, LOCKED).await;
+    }
+
     /// Takes the folio lock if it is free; gives the reference back otherwise.
     #[inline]
     #[doc(alias = "folio_trylock")]
