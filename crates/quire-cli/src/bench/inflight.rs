@@ -24,10 +24,11 @@
 //!
 //! Cases (threads is always 1):
 //! - `zipf-qd1`, `zipf-qd8`, `zipf-qd32`: random 4 KiB reads, Zipf θ = 0.99 over the file's
-//!   pages — quire reads the trace of `evict.rs`'s sampler (a fixed shuffle spreads the hot
-//!   pages over the file), fio draws from `random_distribution=zipf:0.99` — three budgets'
-//!   worth of reads to warm up (quire: the trace's first reads; `kernel`: a fio run of as many
-//!   I/Os with another seed, in the same cgroup, before the measured one with `--invalidate=0`;
+//!   pages — one trace of `evict.rs`'s sampler (a fixed shuffle spreads the hot pages over the
+//!   file), which quire reads and fio replays (`--read_iolog`, an iolog of version 2, with
+//!   `--replay_no_stall`), so every variant sees the same accesses — three budgets'
+//!   worth of reads to warm up (quire: the trace's first reads; `kernel`: a fio replay of
+//!   them in the same cgroup, before the measured one with `--invalidate=0`;
 //!   `device` has no cache to warm), then 40,000 measured reads (160,000 without `--quick`;
 //!   `device` stops after 3 s, 10 s without `--quick`, if it has not done them by then).
 //!   Metrics `iops` (measured reads per second) and `miss_iops`, reads that went to storage
@@ -50,9 +51,13 @@
 //!   back before the fsync; checked); `kernel`: a buffered file and `sync_all` (the kernel's
 //!   own thresholds apply; the note says how much was dirty machine-wide when the fsync began).
 //!
-//! To add a quire variant of the Zipf cases (such as `quire-async`, once the library has the
-//! asynchronous API): write one [`ZipfReads`] function, add its row to [`QUIRE`] and its name
-//! to [`VARIANTS`].
+//! - `quire-async` (Zipf cases only): one thread polls `depth` futures of
+//!   [`CachedFile::read_exact_at_async`], so that `depth` reads are in flight: a miss submits
+//!   its read to the I/O engine and waits in the folio's wait queue while the thread polls the
+//!   others.
+//!
+//! To add a quire variant of the Zipf cases: write one [`ZipfReads`] function, add its row to
+//! [`QUIRE`] and its name to [`VARIANTS`].
 
 use std::fs::File;
 use std::io::Write;
@@ -80,7 +85,7 @@ pub const SUITE: Suite = Suite {
 };
 
 /// The suite's variants: the rows of [`QUIRE`], then the fio ones.
-const VARIANTS: &[&str] = &["quire-sync", "kernel", "device"];
+const VARIANTS: &[&str] = &["quire-sync", "quire-async", "kernel", "device"];
 
 /// Reads in flight in the Zipf cases.
 const DEPTHS: [usize; 3] = [1, 8, 32];
@@ -101,10 +106,16 @@ struct QuireVariant {
 
 /// The quire variants of the Zipf cases, in the order they run. (`cold-seq` and `fsync-1g` run
 /// `quire-sync`'s path.)
-const QUIRE: &[QuireVariant] = &[QuireVariant {
-    name: "quire-sync",
-    reads: sync_reads,
-}];
+const QUIRE: &[QuireVariant] = &[
+    QuireVariant {
+        name: "quire-sync",
+        reads: sync_reads,
+    },
+    QuireVariant {
+        name: "quire-async",
+        reads: async_reads,
+    },
+];
 
 /// `quire-sync`: one read at a time, whatever the depth.
 fn sync_reads(file: &CachedFile, pages: &[u32], _depth: usize) -> anyhow::Result<()> {
@@ -113,6 +124,79 @@ fn sync_reads(file: &CachedFile, pages: &[u32], _depth: usize) -> anyhow::Result
         let off = u64::from(p) * PAGE as u64;
         file.read_exact_at(off, &mut buf)?;
         ensure!(Content::check_tags(off, &buf), "wrong bytes at {off}");
+    }
+    Ok(())
+}
+
+/// `quire-async`: one thread polls `depth` futures, each reading the next page of `pages` with
+/// [`CachedFile::read_exact_at_async`] when its previous read is done — `depth` reads in
+/// flight, misses waiting in the folios' wait queues, the thread parked only when all wait.
+fn async_reads(file: &CachedFile, pages: &[u32], depth: usize) -> anyhow::Result<()> {
+    use std::cell::Cell;
+    use std::future::Future;
+    use std::pin::Pin;
+    use std::sync::{Arc, Mutex};
+    use std::task::{Context as TaskContext, Poll, Wake, Waker};
+
+    /// Queues its slot as ready and unparks the polling thread.
+    struct SlotWaker {
+        slot: usize,
+        ready: Arc<Mutex<Vec<usize>>>,
+        thread: std::thread::Thread,
+    }
+    impl Wake for SlotWaker {
+        fn wake(self: Arc<Self>) {
+            self.ready.lock().unwrap().push(self.slot);
+            self.thread.unpark();
+        }
+    }
+
+    let next = Cell::new(0usize);
+    let worker = || async {
+        let mut buf = [0u8; PAGE];
+        loop {
+            let i = next.get();
+            if i == pages.len() {
+                return anyhow::Ok(());
+            }
+            next.set(i + 1);
+            let off = u64::from(pages[i]) * PAGE as u64;
+            file.read_exact_at_async(off, &mut buf).await?;
+            ensure!(Content::check_tags(off, &buf), "wrong bytes at {off}");
+        }
+    };
+    type Worker<'a> = Pin<Box<dyn Future<Output = anyhow::Result<()>> + 'a>>;
+    let mut slots: Vec<Option<Worker<'_>>> = (0..depth.max(1))
+        .map(|_| Some(Box::pin(worker()) as Worker<'_>))
+        .collect();
+    let ready = Arc::new(Mutex::new((0..slots.len()).collect::<Vec<_>>()));
+    let wakers: Vec<Waker> = (0..slots.len())
+        .map(|slot| {
+            Waker::from(Arc::new(SlotWaker {
+                slot,
+                ready: ready.clone(),
+                thread: std::thread::current(),
+            }))
+        })
+        .collect();
+    let mut left = slots.len();
+    while left > 0 {
+        let now = std::mem::take(&mut *ready.lock().unwrap());
+        if now.is_empty() {
+            std::thread::park();
+            continue;
+        }
+        for slot in now {
+            let Some(fut) = &mut slots[slot] else {
+                continue;
+            };
+            let mut cx = TaskContext::from_waker(&wakers[slot]);
+            if let Poll::Ready(r) = fut.as_mut().poll(&mut cx) {
+                r?;
+                slots[slot] = None;
+                left -= 1;
+            }
+        }
     }
     Ok(())
 }
@@ -285,6 +369,31 @@ fn zipf_extra(ops: usize, seed: u64) -> Vec<String> {
     ]
 }
 
+/// Writes `pages` (in order, 4 KiB reads of `data`) as a fio iolog (version 2) beside `data`,
+/// named after `what`; returns its path.
+fn write_iolog(data: &Path, what: &str, pages: &[u32]) -> anyhow::Result<std::path::PathBuf> {
+    let log = data.with_file_name(format!("zipf-{what}.iolog"));
+    let mut w = std::io::BufWriter::new(File::create(&log)?);
+    let name = data.display();
+    writeln!(w, "fio version 2 iolog\n{name} add\n{name} open")?;
+    for &p in pages {
+        writeln!(w, "{name} read {} {PAGE}", u64::from(p) * PAGE as u64)?;
+    }
+    writeln!(w, "{name} close")?;
+    w.flush()?;
+    Ok(log)
+}
+
+/// The arguments of a job that replays `log` (4 KiB random reads) as fast as it can.
+fn iolog_extra(log: &Path) -> Vec<String> {
+    vec![
+        "--rw=randread".into(),
+        "--bs=4k".into(),
+        format!("--read_iolog={}", log.display()),
+        "--replay_no_stall=1".into(),
+    ]
+}
+
 /// A memory cgroup for a `kernel` run whose fio jobs look like `shape`: limited to the budget
 /// plus fio's own footprint, found by running `shape` with `--direct=1` (no page cache) in the
 /// group first. Returns the group and that footprint.
@@ -361,32 +470,35 @@ fn zipf_case(
 ) -> anyhow::Result<()> {
     let case = format!("zipf-qd{depth}");
     let case = case.as_str();
+    // The kernel against quire's asynchronous reads; against the blocking ones when those are
+    // left out (a case keeps its first pair).
+    b.compare(case, "kernel", "quire-async");
     b.compare(case, "kernel", "quire-sync");
     let pages = (sz.file() / PAGE as u64) as usize;
     let (warm, ops) = (sz.warm(), sz.zipf_ops);
 
+    // One trace for every variant: quire reads it, fio replays it (`--read_iolog`), so that
+    // all see the same accesses.
+    let trace = zipf_trace(pages, warm + ops, 0);
     let wanted: Vec<&QuireVariant> = QUIRE.iter().filter(|v| b.wants(v.name)).collect();
-    if !wanted.is_empty() {
-        let trace = zipf_trace(pages, warm + ops, 0);
-        for v in wanted {
-            b.step(&format!("{case} / {}", v.name));
-            let cache = PageCache::new(CacheConfig::new(sz.budget as usize))?;
-            let file = cache.open(direct_store(b, path, false)?)?;
-            (v.reads)(&file, &trace[..warm], depth)?;
-            let before = Snapshot::take();
-            let t0 = Instant::now();
-            (v.reads)(&file, &trace[warm..], depth)?;
-            let secs = t0.elapsed().as_secs_f64();
-            let d = Snapshot::take().since(&before);
-            let (missed, ahead) = (d.get(Event::PageCacheMisses), d.get(Event::Readahead));
-            b.record(case, v.name, 1, "iops", ops as f64 / secs, "1/s");
-            let read = (missed + ahead) as f64;
-            b.record(case, v.name, 1, "miss_iops", read / secs, "1/s");
-            b.note(format!(
-                "{case} / {}: {missed} misses and {ahead} folios read ahead in {ops} reads",
-                v.name
-            ));
-        }
+    for v in wanted {
+        b.step(&format!("{case} / {}", v.name));
+        let cache = PageCache::new(CacheConfig::new(sz.budget as usize))?;
+        let file = cache.open(direct_store(b, path, false)?)?;
+        (v.reads)(&file, &trace[..warm], depth)?;
+        let before = Snapshot::take();
+        let t0 = Instant::now();
+        (v.reads)(&file, &trace[warm..], depth)?;
+        let secs = t0.elapsed().as_secs_f64();
+        let d = Snapshot::take().since(&before);
+        let (missed, ahead) = (d.get(Event::PageCacheMisses), d.get(Event::Readahead));
+        b.record(case, v.name, 1, "iops", ops as f64 / secs, "1/s");
+        let read = (missed + ahead) as f64;
+        b.record(case, v.name, 1, "miss_iops", read / secs, "1/s");
+        b.note(format!(
+            "{case} / {}: {missed} misses and {ahead} folios read ahead in {ops} reads",
+            v.name
+        ));
     }
 
     let len = sz.file();
@@ -396,14 +508,16 @@ fn zipf_case(
             let shape = fio_args(case, path, len, false, depth, &zipf_extra(ops, 1));
             let (g, own) = kernel_group(cg, sz.budget, &shape)?;
             drop_kernel_cache(&File::open(path)?)?;
-            // Warm-up: as many reads as quire's, another seed; then the measured run keeps
-            // the cache (`--invalidate=0`).
+            // Warm-up: the trace's first reads, as quire's; then the measured run replays the
+            // rest and keeps the cache (`--invalidate=0`).
+            let warm_log = write_iolog(path, "warm", &trace[..warm])?;
+            let meas_log = write_iolog(path, "measured", &trace[warm..])?;
             fio(
-                &fio_args(case, path, len, false, depth, &zipf_extra(warm, 0x3A7)),
+                &fio_args(case, path, len, false, depth, &iolog_extra(&warm_log)),
                 Some(&g),
                 false,
             )?;
-            let mut args = fio_args(case, path, len, false, depth, &zipf_extra(ops, 0x5EED));
+            let mut args = fio_args(case, path, len, false, depth, &iolog_extra(&meas_log));
             args.push("--invalidate=0".into());
             let (r, read) = fio_counted(&args, Some(&g))?;
             record_fio(b, case, "kernel", &r, read)?;
@@ -417,7 +531,7 @@ fn zipf_case(
     if b.wants("device") {
         b.step(&format!("{case} / device"));
         if env.device.is_ok() {
-            let mut extra = zipf_extra(ops, 0x5EED);
+            let mut extra = iolog_extra(&write_iolog(path, "measured", &trace[warm..])?);
             extra.push(format!("--runtime={}", sz.device_cap_s));
             let (r, read) = fio_counted(&fio_args(case, path, len, true, depth, &extra), None)?;
             record_fio(b, case, "device", &r, read)?;
