@@ -140,6 +140,16 @@ impl Store for Backing {
     fn alignment(&self) -> usize {
         self.store.alignment()
     }
+
+    /// The backing file: reads and write-back go to io_uring; a write made there restamps
+    /// the file as `write_at` does ([`Store::io_fd_written`]).
+    fn io_fd(&self) -> Option<BorrowedFd<'_>> {
+        self.store.io_fd()
+    }
+
+    fn io_fd_written(&self) {
+        self.restamp();
+    }
 }
 
 /// One backing file served through the cache.

@@ -355,6 +355,7 @@ impl BioEnd for WriteEnd {
             let end = (f.index() << FRAME_SHIFT) + f.size() as u64;
             m.store_size.fetch_max(end, Ordering::AcqRel);
         }
+        m.store.io_fd_written();
         m.store_len.unshare();
         let r = m.end_writeback(&f, res);
         self.inflight.end(r);

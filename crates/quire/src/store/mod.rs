@@ -270,6 +270,11 @@ pub trait Store: Send + Sync {
         None
     }
 
+    /// Called when a write the I/O engine made on [`Store::io_fd`] has ended (whatever its
+    /// result): what [`Store::write_at`] does after its `pwrite`, for a store that keeps state
+    /// about its file (the FUSE mount's change stamp). The default does nothing.
+    fn io_fd_written(&self) {}
+
     /// Whether the store is empty.
     fn is_empty(&self) -> Result<bool> {
         Ok(self.len()? == 0)
@@ -334,6 +339,9 @@ macro_rules! forward_store {
             }
             fn io_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
                 (**self).io_fd()
+            }
+            fn io_fd_written(&self) {
+                (**self).io_fd_written()
             }
         }
     )*};
