@@ -79,13 +79,15 @@ fn quick_run_is_well_formed() {
     let zipf = set(&[("iops", "1/s"), ("miss_iops", "1/s")]);
     let seq = set(&[("mb_per_s", "MiB/s")]);
     let fsync = set(&[("seconds", "s")]);
-    // quire-sync runs everywhere.
+    // quire-sync and quire-async run everywhere (quire-async in the Zipf cases only).
     for case in ZIPF {
         assert_eq!(metrics(&r, case, "quire-sync"), zipf, "{case}");
+        assert_eq!(metrics(&r, case, "quire-async"), zipf, "{case}");
         assert!(stdout.contains(&format!("inflight / {case}")), "{stdout}");
     }
     assert_eq!(metrics(&r, "cold-seq", "quire-sync"), seq);
     assert_eq!(metrics(&r, "fsync-1g", "quire-sync"), fsync);
+    assert!(metrics(&r, "cold-seq", "quire-async").is_empty());
     // What each fio variant needs may be missing here: then it says why and records nothing.
     for (variant, own) in [
         (
@@ -121,11 +123,18 @@ fn quick_run_is_well_formed() {
     // The kernel's fsync needs nothing but a file.
     assert_eq!(metrics(&r, "fsync-1g", "kernel"), fsync);
     assert!(metrics(&r, "fsync-1g", "device").is_empty());
-    // Each case compares quire-sync against the kernel where both ran.
+    // Each case compares the kernel with quire: the Zipf cases with quire-async, the others
+    // with quire-sync.
     for p in r["pairs"].as_array().unwrap() {
+        let after = if ZIPF.contains(&p["case"].as_str().unwrap()) {
+            "quire-async"
+        } else {
+            "quire-sync"
+        };
         assert_eq!(
             (&p["before"], &p["after"]),
-            (&"kernel".into(), &"quire-sync".into())
+            (&"kernel".into(), &after.into()),
+            "{p}"
         );
     }
     assert!(stderr.contains("miss_iops: quire"), "{stderr}");
