@@ -158,7 +158,7 @@ pub struct FsState {
 
 /// Free space in the backing file system, as far as writes through the mount go: an estimate
 /// that every write lowers by its length, checked against the file system (`statvfs`, less the
-/// cache's dirty data not yet written back) when it falls below [`Space::LOW`] — so a write
+/// cache's dirty data and the data under write-back) when it falls below [`Space::LOW`] — so a write
 /// that would not fit is refused with `ENOSPC` at `write`, as Linux reports a full disk with
 /// delayed allocation, for the price of an atomic subtraction per write while space is
 /// plentiful. An estimate, not a reservation: blocks taken by metadata, or by other programs
@@ -202,7 +202,10 @@ impl Space {
             self.estimate.store(i64::MAX / 2, Ordering::Release);
             return Ok(());
         };
-        let dirty = (s.files.cache().stats().dirty_frames as i64) << 12;
+        // Data under write-back counts too: its blocks may not be taken yet (requests in
+        // flight in the I/O engine).
+        let st = s.files.cache().stats();
+        let dirty = ((st.dirty_frames + st.writeback_frames) as i64) << 12;
         let room = free - dirty;
         if room < len {
             self.estimate.store(room, Ordering::Release);

@@ -1,19 +1,34 @@
-//! The io_uring engine: one ring per cache, batches submitted with one `io_uring_enter`, one
-//! reaper thread that runs completions.
+//! The io_uring engine: one ring per cache and one thread, the reaper, that enters it.
+//!
+//! Submitters do not call `io_uring_enter`: they queue their batch for the reaper and ring a
+//! doorbell, a futex word on which the reaper keeps an `IORING_OP_FUTEX_WAIT` in flight, so a
+//! reaper asleep in `io_uring_enter(GETEVENTS)` wakes for new work as it does for completions.
+//! The reaper then pushes the queued requests and submits them in its next enter. Why: io_uring
+//! completes a read or write through task work on the task that *submitted* it; were that the
+//! caller's thread (an executor that parks while its futures wait), every completion would
+//! first interrupt it, then wake the reaper, then wake it again. With the reaper as the only
+//! submitter, a completion wakes the reaper once, and it wakes the waiting task once. Requests
+//! that arrive while the reaper is awake ride its next enter together (no doorbell).
+//!
+//! Where the kernel has no `IORING_OP_FUTEX_WAIT` (before 6.7), submitters enter the ring
+//! themselves (under `sq`) and the reaper only waits.
 //!
 //! | piece | who touches it | how |
 //! |---|---|---|
-//! | submission queue | submitters and the reaper (resubmissions) | under `sq`, a mutex; entries are published and submitted before it is released |
+//! | `queue` | submitters push; the reaper drains | a mutex; the reaper moves its requests to the submission queue |
+//! | `asleep` | set by the reaper before it waits; taken (swapped to false) by a submitter | the submitter that takes it bumps `doorbell` and `FUTEX_WAKE`s it |
+//! | `doorbell` | bumped by submitters; waited on by the reaper's `FUTEX_WAIT` request | the reaper reads it *before* it sets `asleep` and checks `queue`, and arms the wait with that value: a bump in between makes the wait complete at once (`EAGAIN`), so no wake-up is lost |
+//! | submission queue | the reaper (and, without the doorbell, submitters) | under `sq` |
 //! | completion queue | the reaper only | it waits in `io_uring_enter(GETEVENTS)` for at least one completion, then takes them all |
 //! | `room` | submitters wait on it; the reaper frees it | requests in flight, at most the completion queue's size, so completions never overflow the ring |
-//! | `user_data` | — | the address of the request's boxed [`InFlight`], or [`WAKE`] for the no-op that wakes the reaper to stop |
+//! | `user_data` | — | the address of the request's boxed [`InFlight`], [`WAKE`] for the no-op that wakes the reaper to stop, [`DOORBELL`] for the futex wait |
 //!
 //! Frame memory is registered as fixed buffers (1 GiB each, the kernel's limit per buffer) when
 //! the kernel allows it (`RLIMIT_MEMLOCK`, an old kernel): a request whose frames lie in one of
 //! them is a `READ_FIXED`/`WRITE_FIXED`, which skips pinning the pages on every request.
 
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
 use io_uring::{opcode, squeue, types, IoUring};
@@ -30,8 +45,12 @@ const FIXED_CHUNK: usize = 1 << 30;
 /// `user_data` of the no-op that wakes the reaper.
 const WAKE: u64 = 0;
 
-/// `IORING_ENTER_GETEVENTS`.
-const ENTER_GETEVENTS: u32 = 1;
+/// `user_data` of the reaper's wait on the doorbell.
+const DOORBELL: u64 = 1;
+
+/// `futex2` flags of the doorbell: a 32-bit, process-private futex.
+const FUTEX2_SIZE_U32: u32 = 0x02;
+const FUTEX2_PRIVATE: u32 = 128;
 
 /// The pool's frames as fixed buffers.
 struct Fixed {
@@ -61,6 +80,12 @@ struct Shared {
     fixed: Option<Fixed>,
     stop: AtomicBool,
     counters: Arc<Counters>,
+    /// Whether submitters hand their requests to the reaper (the kernel has
+    /// `IORING_OP_FUTEX_WAIT`); see the module documentation.
+    via_reaper: bool,
+    queue: Mutex<Vec<InFlight>>,
+    asleep: AtomicBool,
+    doorbell: AtomicU32,
 }
 
 pub(super) struct Uring {
@@ -121,8 +146,9 @@ impl Uring {
                 Err(e) => (None, format!("frames not registered ({e})")),
             }
         };
-        let depth = ring.params().cq_entries() as usize;
-        let shared = Arc::new(Shared {
+        // One completion slot is the doorbell's.
+        let depth = ring.params().cq_entries() as usize - 1;
+        let mut shared = Shared {
             ring,
             sq: Mutex::new(()),
             room: Mutex::new(0),
@@ -131,7 +157,34 @@ impl Uring {
             fixed,
             stop: AtomicBool::new(false),
             counters,
-        });
+            via_reaper: false,
+            queue: Mutex::new(Vec::new()),
+            asleep: AtomicBool::new(false),
+            doorbell: AtomicU32::new(0),
+        };
+        // Probe the doorbell: a futex wait for a value the word does not hold completes at
+        // once with EAGAIN where the kernel has the operation.
+        {
+            let e = shared.futex_wait(1).user_data(DOORBELL);
+            // SAFETY: nobody else uses the ring yet; the futex word lives in `shared`, which
+            // the request does not outlive (it completes before we go on).
+            unsafe { shared.ring.submission_shared().push(&e) }
+                .map_err(|_| std::io::Error::other("a fresh ring's submission queue is full"))?;
+            shared.ring.submit_and_wait(1)?;
+            // SAFETY: as above.
+            let mut cq = unsafe { shared.ring.completion_shared() };
+            cq.sync();
+            shared.via_reaper = cq.any(|c| c.result() == -libc::EAGAIN);
+        }
+        let line = format!(
+            "{line}; {}",
+            if shared.via_reaper {
+                "the reaper submits (doorbell: IORING_OP_FUTEX_WAIT)"
+            } else {
+                "submitters enter the ring (no IORING_OP_FUTEX_WAIT)"
+            }
+        );
+        let shared = Arc::new(shared);
         let s = shared.clone();
         std::thread::Builder::new()
             .name("quire-uring".into())
@@ -156,6 +209,14 @@ impl Uring {
                 n
             };
             sh.counters.started(n);
+            if sh.via_reaper {
+                sh.queue
+                    .lock()
+                    .unwrap()
+                    .extend(bios.by_ref().take(n).map(InFlight::new));
+                sh.ring_doorbell();
+                continue;
+            }
             let _sq = sh.sq.lock().unwrap();
             for bio in bios.by_ref().take(n) {
                 sh.push(Box::new(InFlight::new(bio)));
@@ -168,6 +229,11 @@ impl Uring {
     pub(super) fn stop(&self) {
         let sh = &*self.shared;
         sh.stop.store(true, Ordering::Release);
+        if sh.via_reaper {
+            sh.asleep.store(true, Ordering::SeqCst);
+            sh.ring_doorbell();
+            return;
+        }
         let _sq = sh.sq.lock().unwrap();
         let nop = opcode::Nop::new().build().user_data(WAKE);
         sh.push_entry(&nop);
@@ -176,6 +242,33 @@ impl Uring {
 }
 
 impl Shared {
+    /// A wait on the doorbell while it holds `val`.
+    fn futex_wait(&self, val: u32) -> squeue::Entry {
+        opcode::FutexWait::new(
+            self.doorbell.as_ptr(),
+            u64::from(val),
+            u64::from(u32::MAX),
+            FUTEX2_SIZE_U32 | FUTEX2_PRIVATE,
+        )
+        .build()
+    }
+
+    /// Wakes the reaper if it sleeps (or is about to): bumps the doorbell and wakes its futex.
+    fn ring_doorbell(&self) {
+        if self.asleep.swap(false, Ordering::SeqCst) {
+            self.doorbell.fetch_add(1, Ordering::SeqCst);
+            // SAFETY: FUTEX_WAKE on a live u32 of ours; it reads nothing else.
+            unsafe {
+                libc::syscall(
+                    libc::SYS_futex,
+                    self.doorbell.as_ptr(),
+                    libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+                    1,
+                );
+            }
+        }
+    }
+
     /// The entry for the rest of `inf`.
     fn entry(&self, inf: &InFlight) -> squeue::Entry {
         let (offset, buf, len) = inf.rest();
@@ -269,9 +362,9 @@ impl Shared {
                 self.counters
                     .resubmitted
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                // The reaper's next enter submits it.
                 let _sq = self.sq.lock().unwrap();
                 self.push(inf);
-                self.enter();
             }
             Next::Done(r) => {
                 self.counters.ended(r.is_err());
@@ -283,17 +376,45 @@ impl Shared {
     }
 }
 
-/// The reaper: waits for completions and runs them, until told to stop.
+/// The reaper: submits what is queued, waits for completions and runs them, until told to
+/// stop (see the module documentation for the doorbell).
 fn reaper(sh: &Shared) {
     let mut done = Vec::new();
+    let mut armed = false;
     loop {
-        // SAFETY: no argument is passed; GETEVENTS with min_complete 1 waits for a completion.
-        let waited = unsafe {
-            sh.ring
-                .submitter()
-                .enter::<libc::sigset_t>(0, 1, ENTER_GETEVENTS, None)
-        };
-        if let Err(e) = waited {
+        let mut wait = true;
+        if sh.via_reaper {
+            let queued = std::mem::take(&mut *sh.queue.lock().unwrap());
+            if !queued.is_empty() {
+                sh.counters
+                    .batches
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            let _sq = sh.sq.lock().unwrap();
+            for inf in queued {
+                sh.push(Box::new(inf));
+            }
+            let stopping = sh.stop.load(Ordering::Acquire);
+            // Read before `asleep` is set and `queue` checked: a bump after this makes the wait
+            // armed with it complete at once. Not re-armed once stopping (`stop` rings the
+            // doorbell after it sets `stop`, which ends the wait in flight).
+            let val = sh.doorbell.load(Ordering::SeqCst);
+            if !armed && !stopping {
+                let e = sh.futex_wait(val).user_data(DOORBELL);
+                sh.push_entry(&e);
+                armed = true;
+            }
+            sh.asleep.store(true, Ordering::SeqCst);
+            if !sh.queue.lock().unwrap().is_empty() || sh.stop.load(Ordering::Acquire) {
+                sh.asleep.store(false, Ordering::SeqCst);
+                wait = false;
+            }
+        }
+        // Submits what the reaper queued (resubmissions, the doorbell's wait, the requests
+        // handed over) and waits for a completion.
+        let entered = sh.ring.submit_and_wait(usize::from(wait));
+        sh.asleep.store(false, Ordering::SeqCst);
+        if let Err(e) = entered {
             if !matches!(
                 e.raw_os_error(),
                 Some(libc::EINTR) | Some(libc::EAGAIN) | Some(libc::EBUSY)
@@ -311,6 +432,10 @@ fn reaper(sh: &Shared) {
             if user_data == WAKE {
                 continue;
             }
+            if user_data == DOORBELL {
+                armed = false;
+                continue;
+            }
             // SAFETY: every other `user_data` is a request boxed by `push` and completed once.
             let inf = unsafe { Box::from_raw(user_data as *mut InFlight) };
             // An `end_io` that panics loses its request (its `BioEnd` is dropped unrun, which
@@ -318,7 +443,13 @@ fn reaper(sh: &Shared) {
             let _ =
                 std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sh.complete(inf, res)));
         }
-        if sh.stop.load(Ordering::Acquire) && *sh.room.lock().unwrap() == 0 {
+        // Stopped with nothing in flight, not even the doorbell's wait (which refers to this
+        // ring's memory).
+        if sh.stop.load(Ordering::Acquire)
+            && !armed
+            && *sh.room.lock().unwrap() == 0
+            && sh.queue.lock().unwrap().is_empty()
+        {
             return;
         }
     }

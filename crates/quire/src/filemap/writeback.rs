@@ -39,6 +39,9 @@ impl Mapping {
             }
             std::ops::ControlFlow::Continue(())
         });
+        if let Some(&last) = targets.last() {
+            self.grow_store_for(last);
+        }
         // Folios written through the I/O engine: submitted in batches of up to `WB_BATCH`
         // (the kernel's plug around `write_cache_pages`); their ends report to `inflight`.
         let inflight: Arc<WbInFlight> = Arc::default();
@@ -112,6 +115,24 @@ impl Mapping {
             first_err = inflight.first_err.lock().unwrap().take();
         }
         first_err.map_or(Ok(()), Err)
+    }
+
+    /// Before a write-back whose last dirty page is `last`: extends the store to cover the
+    /// file up to that page (never past the file's length), if it is shorter. Writes that
+    /// extend a file are serialised by file systems (ext4 waits for each extending `O_DIRECT`
+    /// write before the next may start, under the inode lock); within the length, the batch's
+    /// writes are in flight together. The pages in between read as zeros from the store as
+    /// they do from the cache (they lie past `store_size`). Best effort: on an error the
+    /// writes extend the store themselves.
+    fn grow_store_for(&self, last: u64) {
+        let end = ((last + 1) << FRAME_SHIFT).min(self.size());
+        if end <= self.store_size.load(Ordering::Acquire) {
+            return;
+        }
+        let _excl = self.store_len.exclusive();
+        if self.store.len().is_ok_and(|now| now < end) {
+            let _ = self.store.set_len(end);
+        }
     }
 
     /// Writes one locked folio to the store if it is dirty, here. The lock is dropped for the
