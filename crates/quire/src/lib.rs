@@ -52,6 +52,11 @@
 //!   [`CachedFile::read_folio_owned`] returns an [`OwnedFolio`] that borrows nothing (with the
 //!   `bytes` feature, a `bytes::Bytes`), and [`CachedFile::reader`] gives a per-thread
 //!   [`FileReader`] whose hits stay inside one read-side critical section.
+//! - Asynchronous: [`CachedFile::read_at_async`], [`read_exact_at_async`](CachedFile::read_exact_at_async),
+//!   [`read_folio_async`](CachedFile::read_folio_async) and [`write_at_async`](CachedFile::write_at_async)
+//!   await misses instead of blocking (std futures, any runtime; [`filemap::block_on`] for
+//!   the rest); [`CachedFile::prefetch`] puts many misses in flight from blocking code. The
+//!   I/O under them is the [`bio`] engine's: io_uring, or blocking threads where it is refused.
 //! - Durability: [`CachedFile::fsync`] / [`sync_range`](CachedFile::sync_range) write back and
 //!   sync; [`CachedFile::flush`] writes back without syncing; [`CachedFile::close`] reports the
 //!   last error. Dirty data is written back by a flusher thread after
@@ -71,6 +76,8 @@
 //!   and the counters of the run.
 //! - `kv_store`: a key-value store (an append-only log and an index) that syncs, survives a
 //!   torn append, and rebuilds its index from the log in a new cache.
+//! - `range_server`: a tokio server answering byte-range requests over TCP with
+//!   [`CachedFile::read_at_async`], 64 clients checking every byte.
 //!
 //! # Feature flags
 //!
