@@ -601,6 +601,16 @@ impl Serve for QuireFs {
         self.state.read(fh, offset, buf)
     }
 
+    fn read_deferred(
+        &self,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+    ) -> Option<crate::serve::Deferred> {
+        self.state.clone().read_deferred(fh, offset, size)
+    }
+
     fn write(
         &self,
         req: &Request,

@@ -29,6 +29,11 @@ pub use adapter::Fuse;
 /// `Ok`, or the `errno` the kernel is answered with.
 pub type Res<T> = Result<T, Errno>;
 
+/// A READ answered later ([`Serve::read_deferred`]): the bytes (fewer at the end of the file)
+/// or the errno.
+pub type Deferred =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Res<Vec<u8>>> + Send + 'static>>;
+
 /// What OPEN, OPENDIR and CREATE answer: the file system's handle for the open file and how the
 /// kernel is to treat it (`FOPEN_DIRECT_IO`: no kernel page cache of its data...).
 #[derive(Clone, Copy, Debug)]
@@ -312,6 +317,21 @@ pub trait Serve: Send + Sync + 'static {
         buf: ReadBuf<'a>,
     ) -> Res<&'a [u8]> {
         Err(Errno::ENOSYS)
+    }
+
+    /// READ for a file system that can wait for a miss without holding the serving thread: a
+    /// future of the answer, which [`Fuse`] polls once on the serving thread and, if it must
+    /// wait, hands to its runtime, replying from there (fuser lets a reply be sent from any
+    /// thread) while the serving thread takes the next request. `None` (the default, and
+    /// for a read that would not wait): [`Serve::read`] serves it.
+    fn read_deferred(
+        &self,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+    ) -> Option<Deferred> {
+        None
     }
 
     /// WRITE: `data` at `offset` (at most 1 MiB); answers with the count written, and with the

@@ -38,6 +38,44 @@ impl FsState {
         }
     }
 
+    /// A read that would wait for the store, as a future ([`Serve::read_deferred`]): `None`
+    /// when every byte is cached (the serving thread reads it at once, into its own buffer)
+    /// or the handle is unknown (the blocking path reports it).
+    pub(super) fn read_deferred(
+        self: Arc<Self>,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+    ) -> Option<crate::serve::Deferred> {
+        let h = self.handle(fh).ok()?;
+        if h.cf.is_cached(offset, size as usize) {
+            return None;
+        }
+        Some(Box::pin(async move {
+            let s = &self;
+            s.counters.op(Op::Read);
+            let mut buf = vec![0u8; size as usize];
+            match h.cf.read_at_async(offset, &mut buf).await {
+                Ok(n) => {
+                    s.counters.read(n);
+                    buf.truncate(n);
+                    Ok(buf)
+                }
+                // As in `read`: the backing file was cut behind the mount, or the offset is
+                // past any file.
+                Err(e)
+                    if is_eof(&e) || matches!(e, quire::filemap::FilemapError::Overflow { .. }) =>
+                {
+                    Ok(Vec::new())
+                }
+                Err(e) => {
+                    s.counters.error();
+                    Err(errno::of_filemap(&e))
+                }
+            }
+        }))
+    }
+
     pub(super) fn write(
         &self,
         req: &Request,

@@ -15,7 +15,7 @@ use fuser::{
     ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
-use super::{AfterReply, Open, ReadBuf, Res, Serve, SetAttr, Xattr};
+use super::{AfterReply, Deferred, Open, ReadBuf, Res, Serve, SetAttr, Xattr};
 
 thread_local! {
     /// Each FUSE thread's read buffer (up to the largest read the kernel sends).
@@ -58,12 +58,51 @@ failable!(
 #[derive(Debug)]
 pub struct Fuse<S> {
     fs: S,
+    /// Where deferred reads wait ([`Serve::read_deferred`]): one thread of a tokio runtime,
+    /// started at the first one (after the daemon detached), `None` if it could not start.
+    rt: std::sync::OnceLock<Option<tokio::runtime::Runtime>>,
 }
 
 impl<S> Fuse<S> {
     /// Wraps `fs`.
     pub fn new(fs: S) -> Fuse<S> {
-        Fuse { fs }
+        Fuse {
+            fs,
+            rt: std::sync::OnceLock::new(),
+        }
+    }
+
+    fn runtime(&self) -> Option<&tokio::runtime::Runtime> {
+        self.rt
+            .get_or_init(|| {
+                tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(1)
+                    .thread_name("quire-fuse-read")
+                    .build()
+                    .ok()
+            })
+            .as_ref()
+    }
+
+    /// Answers a READ with `fut`: at once if it is ready when first polled, else from the
+    /// runtime when it is (or, with no runtime, by waiting here).
+    fn read_later(&self, mut fut: Deferred, reply: ReplyData) {
+        use std::task::{Context, Poll, Waker};
+        let first = fut.as_mut().poll(&mut Context::from_waker(Waker::noop()));
+        let answer = |reply: ReplyData, r: Res<Vec<u8>>| match r {
+            Ok(data) => reply.data(&data),
+            Err(e) => reply.error(e),
+        };
+        match first {
+            Poll::Ready(r) => answer(reply, r),
+            Poll::Pending => match self.runtime() {
+                Some(rt) => {
+                    // The future's waiters now wake this task (a re-poll replaces the waker).
+                    rt.spawn(async move { answer(reply, fut.await) });
+                }
+                None => answer(reply, quire::filemap::block_on(fut)),
+            },
+        }
     }
 
     /// The file system.
@@ -283,6 +322,10 @@ impl<S: Serve> Filesystem for Fuse<S> {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        if let Some(fut) = self.fs.read_deferred(ino, fh, offset, size) {
+            self.read_later(fut, reply);
+            return;
+        }
         READ_BUF.with(|b| {
             let mut b = b.borrow_mut();
             let buf = ReadBuf {

@@ -980,6 +980,15 @@ impl CachedFile {
         self.mapping.read_at_async(&self.ra, offset, buf).await
     }
 
+    /// Whether every byte of `offset .. offset + len` (cut at the end of the file) is cached
+    /// and up to date right now, so that a read of it would not wait for the store: for a
+    /// server that reads hits inline and hands misses to [`CachedFile::read_at_async`] on its
+    /// runtime. A snapshot: reclaim may take a folio a moment later.
+    #[doc(alias = "filemap_range_uptodate")]
+    pub fn is_cached(&self, offset: u64, len: usize) -> bool {
+        self.mapping.is_cached(offset, len)
+    }
+
     /// [`CachedFile::read_exact_at`] that awaits misses ([`CachedFile::read_at_async`]).
     pub async fn read_exact_at_async(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
         let n = self.read_at_async(offset, buf).await?;

@@ -148,6 +148,22 @@ impl Mapping {
         Ok(f)
     }
 
+    /// Whether every byte of `offset .. offset + len` (cut at the end of the file) lies in
+    /// folios cached and up to date right now: a read of it would not wait.
+    pub(crate) fn is_cached(&self, offset: u64, len: usize) -> bool {
+        let end = self.size().min(offset.saturating_add(len as u64));
+        let mut pos = offset;
+        while pos < end {
+            match self.find_get(pos >> FRAME_SHIFT) {
+                Some(f) if f.is_uptodate() => {
+                    pos = (f.index() + f.nr_frames() as u64) << FRAME_SHIFT;
+                }
+                _ => return false,
+            }
+        }
+        true
+    }
+
     /// Whether page `index` is cached and up to date right now.
     fn is_cached_uptodate(&self, index: u64) -> bool {
         self.find_get(index).is_some_and(|f| f.is_uptodate())
