@@ -393,11 +393,9 @@ fn a_folio_reference_keeps_its_bytes_while_another_thread_writes() {
         "the copies were written back",
     );
     drop(f);
-    let s = cache.stats();
-    assert_eq!(
-        s.free_frames, s.frames,
-        "old folios were freed with their references"
-    );
+    // Every frame comes back (within a bounded wait: a read's end on the I/O engine's thread
+    // may hold a folio for a moment after the reader it woke went on).
+    check_no_leak(&cache, "old folios were freed with their references");
 }
 
 #[test]
