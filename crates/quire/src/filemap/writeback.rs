@@ -379,6 +379,9 @@ impl BioEnd for WriteEnd {
         m.store.io_fd_written();
         m.store_len.unshare();
         let r = m.end_writeback(&f, res);
+        // The reference goes before the waiter hears: a write-back that returns leaves no
+        // reference of its own behind.
+        drop(f);
         self.inflight.end(r);
     }
 }
@@ -399,6 +402,7 @@ impl Drop for WriteEnd {
                 errno: Some(libc::EIO),
             };
             let r = m.end_writeback(&f, Err(err));
+            drop(f);
             self.inflight.end(r);
         }
     }
