@@ -494,15 +494,16 @@ impl Mapping {
     #[doc(alias = "balance_dirty_pages")]
     pub(crate) fn balance_dirty(&self) -> Result<()> {
         let cache = &self.cache;
-        let dirty = cache.dirty.load(Ordering::Relaxed);
-        if dirty <= cache.dirty_background_frames() {
+        // Both thresholds count frames under write-back too (the kernel's NR_FILE_DIRTY +
+        // NR_WRITEBACK): a write-back in flight may fail and leave its folio dirty again — and
+        // with the I/O engine a whole file's dirty data can be in flight at once, leaving the
+        // dirty count alone near zero.
+        let held = || cache.dirty.load(Ordering::Relaxed) + cache.writeback.load(Ordering::Relaxed);
+        if held() <= cache.dirty_background_frames() {
             return Ok(());
         }
         cache.workers.kick_flusher();
-        // The limit counts frames under write-back too (the kernel's NR_FILE_DIRTY +
-        // NR_WRITEBACK): a write-back in flight may fail and leave its folio dirty again.
         let limit = cache.dirty_limit_frames();
-        let held = || cache.dirty.load(Ordering::Relaxed) + cache.writeback.load(Ordering::Relaxed);
         if held() < limit {
             return Ok(());
         }
