@@ -137,7 +137,18 @@ pub(crate) struct Bio {
     pub(crate) offset: u64,
     pub(crate) buf: *mut u8,
     pub(crate) len: usize,
+    /// Further pieces of frame memory whose bytes follow `buf..buf + len` in the store (a
+    /// write-back merging adjacent folios into one request; writes only): the kernel's bio of
+    /// several segments.
+    pub(crate) more: Vec<(*mut u8, usize)>,
     pub(crate) end: Box<dyn BioEnd>,
+}
+
+impl Bio {
+    /// The request's bytes, all pieces together.
+    pub(crate) fn total(&self) -> usize {
+        self.len + self.more.iter().map(|&(_, l)| l).sum::<usize>()
+    }
 }
 
 // SAFETY: `buf` points into frame memory that `end` keeps for the request (see `BioEnd`),
@@ -157,11 +168,53 @@ struct InFlight {
     bio: Bio,
     /// Bytes moved so far.
     done: usize,
+    /// The request's bytes, all pieces together.
+    total: usize,
+    /// The pieces left, for a vectored submission (kept here, stable, while it is in flight).
+    iov: Vec<libc::iovec>,
 }
+
+// SAFETY: `iov` points into the request's frame memory, as `bio.buf` does (see `Bio`).
+unsafe impl Send for InFlight {}
 
 impl InFlight {
     fn new(bio: Bio) -> InFlight {
-        InFlight { bio, done: 0 }
+        let total = bio.total();
+        InFlight {
+            bio,
+            done: 0,
+            total,
+            iov: Vec::new(),
+        }
+    }
+
+    /// The pieces of the request, in store order.
+    fn pieces(&self) -> impl Iterator<Item = (*mut u8, usize)> + '_ {
+        std::iter::once((self.bio.buf, self.bio.len)).chain(self.bio.more.iter().copied())
+    }
+
+    /// Whether the request has more than one piece.
+    fn vectored(&self) -> bool {
+        !self.bio.more.is_empty()
+    }
+
+    /// Fills `iov` with what is left of every piece; returns the store offset it starts at.
+    fn rest_iov(&mut self) -> u64 {
+        let mut skip = self.done;
+        let mut iov = Vec::with_capacity(1 + self.bio.more.len());
+        for (p, l) in self.pieces() {
+            if skip >= l {
+                skip -= l;
+                continue;
+            }
+            iov.push(libc::iovec {
+                iov_base: p.wrapping_add(skip).cast(),
+                iov_len: l - skip,
+            });
+            skip = 0;
+        }
+        self.iov = iov;
+        self.bio.offset + self.done as u64
     }
 
     fn op(&self) -> Op {
@@ -171,22 +224,29 @@ impl InFlight {
         }
     }
 
-    /// Where the rest starts: (store offset, buffer, length).
+    /// Where the rest of the current piece starts: (store offset, buffer, length).
     fn rest(&self) -> (u64, *mut u8, usize) {
-        // SAFETY (of the pointer arithmetic): `done <= len`, so this stays inside the buffer.
-        (
-            self.bio.offset + self.done as u64,
-            self.bio.buf.wrapping_add(self.done),
-            self.bio.len - self.done,
-        )
+        let mut skip = self.done;
+        for (p, l) in self.pieces() {
+            if skip < l {
+                // `skip < l`: inside the piece.
+                return (
+                    self.bio.offset + self.done as u64,
+                    p.wrapping_add(skip),
+                    l - skip,
+                );
+            }
+            skip -= l;
+        }
+        (self.bio.offset + self.done as u64, self.bio.buf, 0)
     }
 
     /// Accounts a transfer of `n` bytes (0: the store had nothing more) under the rules of the
     /// module documentation.
     fn advance(&mut self, n: usize) -> Next {
         self.done += n;
-        debug_assert!(self.done <= self.bio.len);
-        if self.done == self.bio.len {
+        debug_assert!(self.done <= self.total);
+        if self.done == self.total {
             return Next::Done(Ok(()));
         }
         match self.bio.op {
@@ -207,7 +267,7 @@ impl InFlight {
 
     /// Runs `end_io`.
     fn finish(self, res: Result<(), StoreError>) {
-        let InFlight { bio, done } = self;
+        let InFlight { bio, done, .. } = self;
         bio.end.end_io(done, res);
     }
 }

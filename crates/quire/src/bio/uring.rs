@@ -270,8 +270,7 @@ impl Shared {
     }
 
     /// The entry for the rest of `inf`.
-    fn entry(&self, inf: &InFlight) -> squeue::Entry {
-        let (offset, buf, len) = inf.rest();
+    fn entry(&self, inf: &mut InFlight) -> squeue::Entry {
         let fd = types::Fd(
             inf.bio
                 .end
@@ -280,6 +279,21 @@ impl Shared {
                 .expect("only requests with a descriptor reach the ring")
                 .as_raw_fd(),
         );
+        if inf.vectored() {
+            // Several folios in one request (a write-back's merge): `writev` of what is left,
+            // the iovecs kept in the request until it completes.
+            let offset = inf.rest_iov();
+            let n = inf.iov.len() as u32;
+            return match inf.bio.op {
+                BioOp::Write => opcode::Writev::new(fd, inf.iov.as_ptr(), n)
+                    .offset(offset)
+                    .build(),
+                BioOp::Read => opcode::Readv::new(fd, inf.iov.as_ptr(), n)
+                    .offset(offset)
+                    .build(),
+            };
+        }
+        let (offset, buf, len) = inf.rest();
         // Requests are folios (2 MiB at most); a longer one would go on as a short transfer.
         let len32 = len.min(1 << 30) as u32;
         let fixed = self.fixed.as_ref().and_then(|f| f.index(buf, len));
@@ -296,8 +310,8 @@ impl Shared {
     }
 
     /// Queues `inf` (the caller holds `sq`).
-    fn push(&self, inf: Box<InFlight>) {
-        let e = self.entry(&inf);
+    fn push(&self, mut inf: Box<InFlight>) {
+        let e = self.entry(&mut inf);
         let e = e.user_data(Box::into_raw(inf) as u64);
         self.push_entry(&e);
     }

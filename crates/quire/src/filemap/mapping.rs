@@ -458,6 +458,7 @@ impl Mapping {
             offset: plan.start,
             buf,
             len: plan.want,
+            more: Vec::new(),
             end: Box::new(ReadEnd {
                 mapping: me,
                 folio: Some(RawLocked(ptr)),

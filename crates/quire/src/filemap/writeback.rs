@@ -46,6 +46,7 @@ impl Mapping {
         // (the kernel's plug around `write_cache_pages`); their ends report to `inflight`.
         let inflight: Arc<WbInFlight> = Arc::default();
         let mut batch = Vec::new();
+        let mut merging: Option<WbMerge> = None;
         let mut first_err = None;
         for index in targets {
             let Some(f) = self.find_get(index) else {
@@ -68,17 +69,30 @@ impl Mapping {
                 }
                 g.wait_writeback_with(policy);
             }
-            match self.write_folio_bio(g, &inflight) {
-                Ok(Some(bio)) => {
-                    batch.push(bio);
-                    if batch.len() >= WB_BATCH {
-                        self.cache.bio.submit(std::mem::take(&mut batch));
+            match self.write_folio_piece(g) {
+                Ok(Some(piece)) => {
+                    // Adjacent folios go out as one request (the kernel's bio of several
+                    // segments), up to `WB_MERGE_BYTES` and `WB_MERGE_PIECES`.
+                    if let Some(m) = &mut merging {
+                        if m.takes(&piece) {
+                            m.add(piece);
+                            continue;
+                        }
+                    }
+                    if let Some(m) = merging.replace(WbMerge::new(piece)) {
+                        batch.push(self.merged_bio(m, &inflight));
+                        if batch.len() >= WB_BATCH {
+                            self.cache.bio.submit(std::mem::take(&mut batch));
+                        }
                     }
                 }
                 Ok(None) => {}
                 Err(g) => {
                     // Written here (the page holding the end of the file): what was batched
                     // goes first, as this write may wait for every write-back of the file.
+                    if let Some(m) = merging.take() {
+                        batch.push(self.merged_bio(m, &inflight));
+                    }
                     self.cache.bio.submit(std::mem::take(&mut batch));
                     if let Err(e) = self.write_folio(g) {
                         first_err.get_or_insert(e);
@@ -86,10 +100,26 @@ impl Mapping {
                 }
             }
         }
+        if let Some(m) = merging.take() {
+            batch.push(self.merged_bio(m, &inflight));
+        }
         self.cache.bio.submit(batch);
         // This call's requests end before it returns, with or without `wait`: the flusher's
-        // passes then pace writers at the dirty limit by write-back actually done.
+        // passes then pace writers at the dirty limit by write-back actually done. Folios a
+        // failed merged request did not reach are tried again one by one.
         inflight.wait();
+        loop {
+            let retry = std::mem::take(&mut *inflight.retry.lock().unwrap());
+            if retry.is_empty() {
+                break;
+            }
+            let bios = retry
+                .into_iter()
+                .map(|p| self.merged_bio(WbMerge::new(p), &inflight))
+                .collect();
+            self.cache.bio.submit(bios);
+            inflight.wait();
+        }
         if wait {
             let mut busy = Vec::new();
             self.pages
@@ -145,44 +175,56 @@ impl Mapping {
         self.end_writeback(&f, result)
     }
 
-    /// Starts the write-back of the locked folio `g` through the I/O engine: the request to
-    /// submit (`Ok(Some)`), nothing to write (`Ok(None)`: not dirty), or `Err(g)` when the
+    /// Starts the write-back of the locked folio `g` through the I/O engine: the piece to
+    /// write (`Ok(Some)`), nothing to write (`Ok(None)`: not dirty), or `Err(g)` when the
     /// folio must be written with [`Mapping::write_folio`] instead: it holds the end of the file
     /// (an aligned store then gets a whole page and is cut back, under `store_len` held
     /// exclusively) or lies past it.
-    fn write_folio_bio<'p>(
+    fn write_folio_piece<'p>(
         &self,
         g: FolioGuard<'p>,
-        inflight: &Arc<WbInFlight>,
-    ) -> std::result::Result<Option<Bio>, FolioGuard<'p>> {
+    ) -> std::result::Result<Option<WbPiece>, FolioGuard<'p>> {
         let start = g.index() << FRAME_SHIFT;
         let len = g.size();
-        if start + len as u64 > self.size() {
+        if start + len as u64 > self.size() || self.this().is_none() {
             return Err(g);
         }
-        let Some(me) = self.this() else {
-            return Err(g);
-        };
         let Some(f) = self.begin_writeback(g) else {
             return Ok(None);
         };
         // The frames of a folio under write-back: writers wait for it and nobody removes it
         // until it ends, so the bytes stay put while the engine reads them.
         let buf = f.pool().frame_ptr(f.pool().pfn_of_desc(&f));
+        Ok(Some(WbPiece {
+            start,
+            buf,
+            len,
+            folio: f.into_raw(),
+        }))
+    }
+
+    /// The request that writes the folios of `m`, counted in `inflight`.
+    fn merged_bio(&self, m: WbMerge, inflight: &Arc<WbInFlight>) -> Bio {
         // Shared until the request ends, as a write here holds it (see `store_len`).
         self.store_len.share();
         *inflight.pending.lock().unwrap() += 1;
-        Ok(Some(Bio {
+        let mut pieces = m.pieces.into_iter();
+        let first = pieces.next().expect("a merge has a piece");
+        let (more, rest): (Vec<_>, Vec<_>) = pieces.map(|p| ((p.buf, p.len), p.folio)).unzip();
+        let mut folios = vec![first.folio];
+        folios.extend(rest);
+        Bio {
             op: BioOp::Write,
-            offset: start,
-            buf,
-            len,
+            offset: first.start,
+            buf: first.buf,
+            len: first.len,
+            more,
             end: Box::new(WriteEnd {
-                mapping: me,
-                folio: Some(f.into_raw()),
+                mapping: self.this().expect("checked when the pieces were made"),
+                folios,
                 inflight: inflight.clone(),
             }),
-        }))
+        }
     }
 
     /// The start of a folio's write-back: takes the writes the spaces recorded, moves it from
@@ -314,20 +356,174 @@ impl Mapping {
 /// Folios a write-back submits to the I/O engine at a time.
 const WB_BATCH: usize = 64;
 
-/// The end of a folio write submitted to the I/O engine: owns the folio's reference (it is
-/// under write-back, unlocked), a share of `store_len`, and the mapping while the write is in
-/// flight.
+/// The most bytes one merged write-back request takes.
+const WB_MERGE_BYTES: usize = 2 << 20;
+
+/// The most folios one merged write-back request takes.
+const WB_MERGE_PIECES: usize = 64;
+
+/// A folio under write-back, to be written: its place in the file, its frames, its reference.
+struct WbPiece {
+    start: u64,
+    buf: *mut u8,
+    len: usize,
+    folio: NonNull<Folio>,
+}
+
+// SAFETY: the frames and the reference travel with the value (frame memory of a folio under
+// write-back, which nobody writes; `Folio` is `Sync`).
+unsafe impl Send for WbPiece {}
+
+/// Adjacent folios being gathered into one write request.
+struct WbMerge {
+    pieces: Vec<WbPiece>,
+    end: u64,
+    bytes: usize,
+}
+
+impl WbMerge {
+    fn new(p: WbPiece) -> WbMerge {
+        WbMerge {
+            end: p.start + p.len as u64,
+            bytes: p.len,
+            pieces: vec![p],
+        }
+    }
+
+    /// Whether `p` follows this request's bytes in the file and fits in it.
+    fn takes(&self, p: &WbPiece) -> bool {
+        p.start == self.end
+            && self.bytes + p.len <= WB_MERGE_BYTES
+            && self.pieces.len() < WB_MERGE_PIECES
+    }
+
+    fn add(&mut self, p: WbPiece) {
+        self.end += p.len as u64;
+        self.bytes += p.len;
+        self.pieces.push(p);
+    }
+}
+
+/// The end of a write of folios submitted to the I/O engine: owns the folios' references (they
+/// are under write-back, unlocked), a share of `store_len`, and the mapping while the write is
+/// in flight.
 struct WriteEnd {
     mapping: Arc<Mapping>,
-    folio: Option<NonNull<Folio>>,
+    /// The folios, in file order (taken when the write ends).
+    folios: Vec<NonNull<Folio>>,
     /// The write-back call that submitted it.
     inflight: Arc<WbInFlight>,
+}
+
+// SAFETY: the references travel with the value; `Folio` is `Sync`.
+unsafe impl Send for WriteEnd {}
+
+impl WriteEnd {
+    /// Ends the write-back of the folios after a request that moved `done` bytes and ended
+    /// with `res`, then tells the write-back call. The folios the request wrote whole
+    /// succeeded; on an error, the folio it stopped in failed (dirty again, the error
+    /// recorded), and the folios after it go back to the write-back call still under
+    /// write-back, to be tried one by one (`WbInFlight::retry`) — so one bad page never keeps
+    /// its neighbours from the store, as without merging.
+    fn finish(&mut self, done: usize, res: crate::store::Result<()>) {
+        let m = self.mapping.clone();
+        let folios = std::mem::take(&mut self.folios);
+        if folios.is_empty() {
+            return;
+        }
+        // SAFETY: each reference was given up with `into_raw` on a folio of this mapping's pool
+        // when the request was made, and is taken back once (`folios` is now empty).
+        let refs: Vec<FolioRef<'_>> = folios
+            .into_iter()
+            .map(|raw| unsafe { m.pool().ref_from_raw(raw) })
+            .collect();
+        // How many folios the request wrote whole.
+        let mut whole = 0;
+        let mut at = 0;
+        for f in &refs {
+            at += f.size();
+            if at > done {
+                break;
+            }
+            whole += 1;
+        }
+        if res.is_ok() {
+            whole = refs.len();
+        }
+        if whole > 0 {
+            // The store holds those folios' bytes now: raised before their write-back ends, so
+            // a cut that waited for it reads the raised length.
+            let last = &refs[whole - 1];
+            let end = (last.index() << FRAME_SHIFT) + last.size() as u64;
+            m.store_size.fetch_max(end, Ordering::AcqRel);
+        }
+        m.store.io_fd_written();
+        m.store_len.unshare();
+        let mut r = Ok(());
+        for (i, f) in refs.into_iter().enumerate() {
+            let outcome = if i < whole {
+                Ok(())
+            } else if i == whole {
+                res.clone()
+            } else {
+                // Tried again alone by the write-back call, still under write-back.
+                let buf = f.pool().frame_ptr(f.pool().pfn_of_desc(&f));
+                self.inflight.retry.lock().unwrap().push(WbPiece {
+                    start: f.index() << FRAME_SHIFT,
+                    buf,
+                    len: f.size(),
+                    folio: f.into_raw(),
+                });
+                continue;
+            };
+            let one = m.end_writeback(&f, outcome);
+            if r.is_ok() {
+                r = one;
+            }
+            // The reference goes before the waiter hears: a write-back that returns leaves no
+            // reference of its own behind.
+            drop(f);
+        }
+        self.inflight.end(r);
+    }
+}
+
+impl BioEnd for WriteEnd {
+    fn store(&self) -> &dyn Store {
+        &*self.mapping.store
+    }
+
+    fn end_io(mut self: Box<Self>, done: usize, res: crate::store::Result<()>) {
+        self.finish(done, res);
+    }
+}
+
+impl Drop for WriteEnd {
+    /// A write dropped unrun (a store that panicked, an engine that stopped): the data stays,
+    /// dirty again, and the error is recorded.
+    fn drop(&mut self) {
+        let offset = self.folios.first().map_or(0, |f| {
+            // SAFETY: a descriptor of the mapping's pool, alive as long as the pool.
+            unsafe { f.as_ref() }.index() << FRAME_SHIFT
+        });
+        self.finish(
+            0,
+            Err(crate::store::StoreError::Io {
+                op: crate::store::Op::Write,
+                offset,
+                kind: std::io::ErrorKind::Other,
+                errno: Some(libc::EIO),
+            }),
+        );
+    }
 }
 
 /// The requests one write-back call has in flight, and the first error among them.
 #[derive(Default)]
 struct WbInFlight {
     pending: Mutex<usize>,
+    /// Folios of failed merged requests to try again one by one (see `WriteEnd::finish`).
+    retry: Mutex<Vec<WbPiece>>,
     ended: Condvar,
     first_err: Mutex<Option<FilemapError>>,
 }
@@ -350,60 +546,6 @@ impl WbInFlight {
         let mut n = self.pending.lock().unwrap();
         while *n > 0 {
             n = self.ended.wait(n).unwrap();
-        }
-    }
-}
-
-// SAFETY: the reference travels with the value; `Folio` is `Sync`.
-unsafe impl Send for WriteEnd {}
-
-impl BioEnd for WriteEnd {
-    fn store(&self) -> &dyn Store {
-        &*self.mapping.store
-    }
-
-    fn end_io(mut self: Box<Self>, _done: usize, res: crate::store::Result<()>) {
-        let m = self.mapping.clone();
-        let Some(raw) = self.folio.take() else {
-            return;
-        };
-        // SAFETY: the reference was given up with `into_raw` on a folio of this mapping's pool
-        // when the request was made, and is taken back once (`folio` is now `None`).
-        let f = unsafe { m.pool().ref_from_raw(raw) };
-        if res.is_ok() {
-            // The store holds the folio's bytes now: raised before the write-back ends, so a
-            // cut that waited for it reads the raised length.
-            let end = (f.index() << FRAME_SHIFT) + f.size() as u64;
-            m.store_size.fetch_max(end, Ordering::AcqRel);
-        }
-        m.store.io_fd_written();
-        m.store_len.unshare();
-        let r = m.end_writeback(&f, res);
-        // The reference goes before the waiter hears: a write-back that returns leaves no
-        // reference of its own behind.
-        drop(f);
-        self.inflight.end(r);
-    }
-}
-
-impl Drop for WriteEnd {
-    /// A write dropped unrun (a store that panicked, an engine that stopped): the data stays,
-    /// dirty again, and the error is recorded.
-    fn drop(&mut self) {
-        if let Some(raw) = self.folio.take() {
-            let m = self.mapping.clone();
-            // SAFETY: as in `end_io`.
-            let f = unsafe { m.pool().ref_from_raw(raw) };
-            m.store_len.unshare();
-            let err = crate::store::StoreError::Io {
-                op: crate::store::Op::Write,
-                offset: f.index() << FRAME_SHIFT,
-                kind: std::io::ErrorKind::Other,
-                errno: Some(libc::EIO),
-            };
-            let r = m.end_writeback(&f, Err(err));
-            drop(f);
-            self.inflight.end(r);
         }
     }
 }
