@@ -61,6 +61,10 @@ pub struct Fuse<S> {
     /// Where deferred reads wait ([`Serve::read_deferred`]): one thread of a tokio runtime,
     /// started at the first one (after the daemon detached), `None` if it could not start.
     rt: std::sync::OnceLock<Option<tokio::runtime::Runtime>>,
+    /// Serving threads inside a blocking READ right now: a read that misses is deferred only
+    /// while another thread already reads (one miss at a time blocks its thread, with the
+    /// lowest latency; the next ones wait on the runtime and leave their threads free).
+    reading: std::sync::atomic::AtomicUsize,
 }
 
 impl<S> Fuse<S> {
@@ -69,6 +73,7 @@ impl<S> Fuse<S> {
         Fuse {
             fs,
             rt: std::sync::OnceLock::new(),
+            reading: std::sync::atomic::AtomicUsize::new(0),
         }
     }
 
@@ -322,10 +327,14 @@ impl<S: Serve> Filesystem for Fuse<S> {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        if let Some(fut) = self.fs.read_deferred(ino, fh, offset, size) {
-            self.read_later(fut, reply);
-            return;
+        use std::sync::atomic::Ordering::Relaxed;
+        if self.reading.load(Relaxed) > 0 {
+            if let Some(fut) = self.fs.read_deferred(ino, fh, offset, size) {
+                self.read_later(fut, reply);
+                return;
+            }
         }
+        self.reading.fetch_add(1, Relaxed);
         READ_BUF.with(|b| {
             let mut b = b.borrow_mut();
             let buf = ReadBuf {
@@ -336,6 +345,7 @@ impl<S: Serve> Filesystem for Fuse<S> {
                 r.data(data)
             });
         });
+        self.reading.fetch_sub(1, Relaxed);
     }
 
     fn write(
