@@ -104,23 +104,22 @@ impl Uring {
                 return Err(std::io::Error::other("kernel.io_uring_disabled is 2"));
             }
         }
-        let ring = IoUring::new(ENTRIES)?;
-        // Probe: a no-op must complete (seccomp filters may allow the setup and not the rest).
+        // Where the reaper is the only submitter (the kernel has IORING_OP_FUTEX_WAIT), task
+        // work (completions) need not interrupt anybody: it runs when the reaper next enters
+        // the ring, which it does to wait (`COOP_TASKRUN`, 5.19). Where submitters enter the
+        // ring themselves they must be interrupted, so that ring is a plain one.
+        let (ring, via_reaper) = match IoUring::builder()
+            .setup_coop_taskrun()
+            .setup_taskrun_flag()
+            .build(ENTRIES)
         {
-            let nop = opcode::Nop::new().build().user_data(u64::MAX);
-            // SAFETY: a no-op references no memory.
-            unsafe { ring.submission_shared().push(&nop) }
-                .map_err(|_| std::io::Error::other("a fresh ring's submission queue is full"))?;
-            ring.submit_and_wait(1)?;
-            // SAFETY: nobody else uses the ring yet.
-            let mut cq = unsafe { ring.completion_shared() };
-            cq.sync();
-            for cqe in &mut cq {
-                if cqe.result() < 0 {
-                    return Err(std::io::Error::from_raw_os_error(-cqe.result()));
-                }
+            Ok(coop) if probe(&coop)? => (coop, true),
+            _ => {
+                let plain = IoUring::new(ENTRIES)?;
+                let futex = probe(&plain)?;
+                (plain, futex)
             }
-        }
+        };
         let (base, len) = frames;
         let chunks: Vec<libc::iovec> = (0..len.div_ceil(FIXED_CHUNK))
             .map(|i| libc::iovec {
@@ -162,20 +161,7 @@ impl Uring {
             asleep: AtomicBool::new(false),
             doorbell: AtomicU32::new(0),
         };
-        // Probe the doorbell: a futex wait for a value the word does not hold completes at
-        // once with EAGAIN where the kernel has the operation.
-        {
-            let e = shared.futex_wait(1).user_data(DOORBELL);
-            // SAFETY: nobody else uses the ring yet; the futex word lives in `shared`, which
-            // the request does not outlive (it completes before we go on).
-            unsafe { shared.ring.submission_shared().push(&e) }
-                .map_err(|_| std::io::Error::other("a fresh ring's submission queue is full"))?;
-            shared.ring.submit_and_wait(1)?;
-            // SAFETY: as above.
-            let mut cq = unsafe { shared.ring.completion_shared() };
-            cq.sync();
-            shared.via_reaper = cq.any(|c| c.result() == -libc::EAGAIN);
-        }
+        shared.via_reaper = via_reaper;
         let line = format!(
             "{line}; {}",
             if shared.via_reaper {
@@ -239,6 +225,44 @@ impl Uring {
         sh.push_entry(&nop);
         sh.enter();
     }
+}
+
+/// Checks a fresh ring: a no-op must complete (seccomp filters may allow the setup and not
+/// the rest; an error then); returns whether the kernel has `IORING_OP_FUTEX_WAIT` (a wait for
+/// a value the word does not hold completes at once with `EAGAIN`).
+fn probe(ring: &IoUring) -> std::io::Result<bool> {
+    let word = AtomicU32::new(0);
+    let nop = opcode::Nop::new().build().user_data(u64::MAX);
+    let wait = opcode::FutexWait::new(
+        word.as_ptr(),
+        1,
+        u64::from(u32::MAX),
+        FUTEX2_SIZE_U32 | FUTEX2_PRIVATE,
+    )
+    .build()
+    .user_data(DOORBELL);
+    // SAFETY: nobody else uses the ring yet; the no-op references no memory and the wait's
+    // word outlives it (both complete before this returns: the wait at once, its value being
+    // wrong).
+    unsafe {
+        let mut sq = ring.submission_shared();
+        sq.push(&nop)
+            .and_then(|()| sq.push(&wait))
+            .map_err(|_| std::io::Error::other("a fresh ring's submission queue is full"))?;
+    }
+    ring.submit_and_wait(2)?;
+    // SAFETY: as above.
+    let mut cq = unsafe { ring.completion_shared() };
+    cq.sync();
+    let mut futex = false;
+    for c in &mut cq {
+        match c.user_data() {
+            DOORBELL => futex = c.result() == -libc::EAGAIN,
+            _ if c.result() < 0 => return Err(std::io::Error::from_raw_os_error(-c.result())),
+            _ => {}
+        }
+    }
+    Ok(futex)
 }
 
 impl Shared {
