@@ -323,9 +323,11 @@ pub trait Serve: Send + Sync + 'static {
     /// future of the answer, which [`Fuse`] polls once on the serving thread and, if it must
     /// wait, hands to its runtime, replying from there (fuser lets a reply be sent from any
     /// thread) while the serving thread takes the next request. `None` (the default, and
-    /// for a read that would not wait): [`Serve::read`] serves it. [`Fuse`] asks only while
-    /// another serving thread is inside a read: the first miss blocks its thread (a wait on
-    /// the runtime costs two thread switches more), the ones beside it do not.
+    /// for a read that would not wait): [`Serve::read`] serves it. [`Fuse`] asks only with
+    /// `QUIRE_FUSE_DEFER_READS=1` in the daemon's environment (off by default: measured slower
+    /// on 2 CPUs), and then only while another serving thread is inside a read: the first
+    /// miss blocks its thread (a wait on the runtime costs two thread switches more), the ones
+    /// beside it do not.
     fn read_deferred(
         &self,
         ino: INodeNo,

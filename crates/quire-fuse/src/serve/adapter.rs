@@ -65,6 +65,12 @@ pub struct Fuse<S> {
     /// while another thread already reads (one miss at a time blocks its thread, with the
     /// lowest latency; the next ones wait on the runtime and leave their threads free).
     reading: std::sync::atomic::AtomicUsize,
+    /// Whether misses may be deferred at all: only with `QUIRE_FUSE_DEFER_READS=1`. Off by
+    /// default because on the 2-CPU machines this is measured on it costs more than it gives
+    /// (`fuse` zipf-randread at 4 jobs: 46–47 thousand reads a second deferred against 61–62
+    /// thousand blocking, docs/BENCHMARKS.md): the runtime's thread and the two extra switches
+    /// per miss compete for the CPUs the serving threads need.
+    defer: bool,
 }
 
 impl<S> Fuse<S> {
@@ -74,6 +80,7 @@ impl<S> Fuse<S> {
             fs,
             rt: std::sync::OnceLock::new(),
             reading: std::sync::atomic::AtomicUsize::new(0),
+            defer: std::env::var("QUIRE_FUSE_DEFER_READS").is_ok_and(|v| v == "1"),
         }
     }
 
@@ -328,7 +335,7 @@ impl<S: Serve> Filesystem for Fuse<S> {
         reply: ReplyData,
     ) {
         use std::sync::atomic::Ordering::Relaxed;
-        if self.reading.load(Relaxed) > 0 {
+        if self.defer && self.reading.load(Relaxed) > 0 {
             if let Some(fut) = self.fs.read_deferred(ino, fh, offset, size) {
                 self.read_later(fut, reply);
                 return;
