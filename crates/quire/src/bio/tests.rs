@@ -25,6 +25,33 @@ impl BioEnd for TestEnd {
     }
 }
 
+type Ended = mpsc::Sender<(usize, usize, Result<(), StoreError>)>;
+
+/// A one-page request `op` between frame `frame` of `pool` and page `page` of `store`,
+/// reporting to `tx` under `tag`.
+fn page_bio(
+    op: BioOp,
+    pool: &FramePool,
+    frame: usize,
+    page: usize,
+    store: &Arc<dyn Store>,
+    tag: usize,
+    tx: &Ended,
+) -> Bio {
+    Bio {
+        op,
+        offset: (page * 4096) as u64,
+        buf: pool.frame_ptr(frame),
+        len: 4096,
+        more: Vec::new(),
+        end: Box::new(TestEnd {
+            store: store.clone(),
+            tag,
+            tx: tx.clone(),
+        }),
+    }
+}
+
 fn engines(frames: (*mut u8, usize)) -> Vec<Engine> {
     let mut out = vec![Engine::start(IoEngineChoice::Threads, 2, frames).unwrap()];
     let u = Engine::start(IoEngineChoice::IoUring, 2, frames).unwrap();
@@ -66,18 +93,7 @@ fn collect(
 fn read_pages(engine: &Engine, pool: &FramePool, store: &Arc<dyn Store>, pages: usize) {
     let (tx, rx) = mpsc::channel();
     let bios = (0..pages)
-        .map(|i| Bio {
-            op: BioOp::Read,
-            offset: (i * 4096) as u64,
-            buf: pool.frame_ptr(i),
-            len: 4096,
-            more: Vec::new(),
-            end: Box::new(TestEnd {
-                store: store.clone(),
-                tag: i,
-                tx: tx.clone(),
-            }),
-        })
+        .map(|i| page_bio(BioOp::Read, pool, i, i, store, i, &tx))
         .collect();
     engine.submit(bios);
     for (tag, done, res) in collect(&rx, pages) {
@@ -146,19 +162,10 @@ fn more_requests_than_the_ring_holds_all_end() {
     for engine in engines((pool.base(), pool.capacity())) {
         let (tx, rx) = mpsc::channel();
         let bios = (0..n)
-            .map(|i| Bio {
-                op: BioOp::Read,
-                offset: ((i % 16) * 4096) as u64,
-                // Many requests read the same page into the same frame: the same bytes.
-                buf: pool.frame_ptr(i % 16),
-                len: 4096,
-                more: Vec::new(),
-                end: Box::new(TestEnd {
-                    store: store.clone(),
-                    tag: i,
-                    tx: tx.clone(),
-                }),
-            })
+            .map(
+                |i| // Many requests read the same page into the same frame: the same bytes.
+page_bio(BioOp::Read, &pool, i % 16, i % 16, &store, i, &tx),
+            )
             .collect();
         engine.submit(bios);
         let got = collect(&rx, n);
@@ -177,18 +184,8 @@ fn reads_stop_at_the_end_of_the_store() {
     let (_dir, store) = temp_file(&data, IoMode::Buffered);
     for engine in engines((pool.base(), pool.capacity())) {
         let (tx, rx) = mpsc::channel();
-        let bio = |tag: usize, page: usize| Bio {
-            op: BioOp::Read,
-            offset: (page * 4096) as u64,
-            buf: pool.frame_ptr(page),
-            len: 4096,
-            more: Vec::new(),
-            end: Box::new(TestEnd {
-                store: store.clone(),
-                tag,
-                tx: tx.clone(),
-            }),
-        };
+        let bio =
+            |tag: usize, page: usize| page_bio(BioOp::Read, &pool, page, page, &store, tag, &tx);
         engine.submit(vec![bio(0, 2), bio(1, 3)]);
         let got = collect(&rx, 2);
         assert_eq!((got[0].1, got[0].2.is_ok()), (10_000 - 8192, true));
@@ -214,18 +211,7 @@ fn writes_reach_the_file_and_errors_are_reported_once() {
             Arc::new(FileStore::create(&path, IoMode::PreferDirect).unwrap());
         let (tx, rx) = mpsc::channel();
         let bios = (0..8)
-            .map(|i| Bio {
-                op: BioOp::Write,
-                offset: (i * 4096) as u64,
-                buf: pool.frame_ptr(i),
-                len: 4096,
-                more: Vec::new(),
-                end: Box::new(TestEnd {
-                    store: store.clone(),
-                    tag: i,
-                    tx: tx.clone(),
-                }),
-            })
+            .map(|i| page_bio(BioOp::Write, &pool, i, i, &store, i, &tx))
             .collect();
         engine.submit(bios);
         assert!(collect(&rx, 8).iter().all(|g| g.1 == 4096 && g.2.is_ok()));
@@ -234,18 +220,7 @@ fn writes_reach_the_file_and_errors_are_reported_once() {
         // A descriptor opened read-only: the write fails with EBADF, reported once.
         let fd: std::os::fd::OwnedFd = std::fs::File::open(&path).unwrap().into();
         let ro: Arc<dyn Store> = Arc::new(FileStore::from_fd(fd, &path).unwrap());
-        engine.submit(vec![Bio {
-            op: BioOp::Write,
-            offset: 0,
-            buf: pool.frame_ptr(0),
-            len: 4096,
-            more: Vec::new(),
-            end: Box::new(TestEnd {
-                store: ro,
-                tag: 0,
-                tx: tx.clone(),
-            }),
-        }]);
+        engine.submit(vec![page_bio(BioOp::Write, &pool, 0, 0, &ro, 0, &tx)]);
         let got = collect(&rx, 1);
         let err = got[0].2.clone().unwrap_err();
         assert_eq!(err.offset(), 0);
@@ -271,18 +246,7 @@ fn short_transfers_and_errors_of_stores_without_a_descriptor() {
         faulty.add(Fault::short_write(12288..16384, 100));
         let store: Arc<dyn Store> = Arc::new(faulty);
         let (tx, rx) = mpsc::channel();
-        let bio = |tag: usize, op: BioOp, page: usize| Bio {
-            op,
-            offset: (page * 4096) as u64,
-            buf: pool.frame_ptr(page),
-            len: 4096,
-            more: Vec::new(),
-            end: Box::new(TestEnd {
-                store: store.clone(),
-                tag,
-                tx: tx.clone(),
-            }),
-        };
+        let bio = |tag, op, page| page_bio(op, &pool, page, page, &store, tag, &tx);
         engine.submit(vec![
             bio(0, BioOp::Read, 0),
             bio(1, BioOp::Read, 2),
@@ -315,14 +279,7 @@ fn without_threads_a_batch_runs_on_the_submitter() {
     let store: Arc<dyn Store> = Arc::new(MemStore::from_vec(data.clone()));
     let engine = Engine::start(IoEngineChoice::Threads, 0, (pool.base(), pool.capacity())).unwrap();
     let (tx, rx) = mpsc::channel();
-    engine.submit(vec![Bio {
-        op: BioOp::Read,
-        offset: 0,
-        buf: pool.frame_ptr(0),
-        len: 4096,
-        more: Vec::new(),
-        end: Box::new(TestEnd { store, tag: 0, tx }),
-    }]);
+    engine.submit(vec![page_bio(BioOp::Read, &pool, 0, 0, &store, 0, &tx)]);
     let got = rx.try_recv().expect("ended before submit returned");
     assert_eq!((got.1, got.2.is_ok()), (4096, true));
     assert_eq!(frames(&pool, 1), &data[..]);

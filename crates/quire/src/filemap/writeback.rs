@@ -45,6 +45,8 @@ impl Mapping {
         // Folios written through the I/O engine: submitted in batches of up to `WB_BATCH`
         // (the kernel's plug around `write_cache_pages`); their ends report to `inflight`.
         let inflight: Arc<WbInFlight> = Arc::default();
+        // Requests keep the mapping alive; none can be made while it is being dropped.
+        let me = self.this();
         let mut batch = Vec::new();
         let mut merging: Option<WbMerge> = None;
         let mut first_err = None;
@@ -69,7 +71,7 @@ impl Mapping {
                 }
                 g.wait_writeback_with(policy);
             }
-            match self.write_folio_piece(g) {
+            match self.write_folio_piece(g, me.as_ref()) {
                 Ok(Some(piece)) => {
                     // Adjacent folios go out as one request (the kernel's bio of several
                     // segments), up to `WB_MERGE_BYTES` and `WB_MERGE_PIECES`.
@@ -80,7 +82,7 @@ impl Mapping {
                         }
                     }
                     if let Some(m) = merging.replace(WbMerge::new(piece)) {
-                        batch.push(self.merged_bio(m, &inflight));
+                        batch.push(self.merged_bio(m, &me, &inflight));
                         if batch.len() >= WB_BATCH {
                             self.cache.bio.submit(std::mem::take(&mut batch));
                         }
@@ -91,7 +93,7 @@ impl Mapping {
                     // Written here (the page holding the end of the file): what was batched
                     // goes first, as this write may wait for every write-back of the file.
                     if let Some(m) = merging.take() {
-                        batch.push(self.merged_bio(m, &inflight));
+                        batch.push(self.merged_bio(m, &me, &inflight));
                     }
                     self.cache.bio.submit(std::mem::take(&mut batch));
                     if let Err(e) = self.write_folio(g) {
@@ -101,7 +103,7 @@ impl Mapping {
             }
         }
         if let Some(m) = merging.take() {
-            batch.push(self.merged_bio(m, &inflight));
+            batch.push(self.merged_bio(m, &me, &inflight));
         }
         self.cache.bio.submit(batch);
         // This call's requests end before it returns, with or without `wait`: the flusher's
@@ -115,7 +117,7 @@ impl Mapping {
             }
             let bios = retry
                 .into_iter()
-                .map(|p| self.merged_bio(WbMerge::new(p), &inflight))
+                .map(|p| self.merged_bio(WbMerge::new(p), &me, &inflight))
                 .collect();
             self.cache.bio.submit(bios);
             inflight.wait();
@@ -183,10 +185,11 @@ impl Mapping {
     fn write_folio_piece<'p>(
         &self,
         g: FolioGuard<'p>,
+        me: Option<&Arc<Mapping>>,
     ) -> std::result::Result<Option<WbPiece>, FolioGuard<'p>> {
         let start = g.index() << FRAME_SHIFT;
         let len = g.size();
-        if start + len as u64 > self.size() || self.this().is_none() {
+        if start + len as u64 > self.size() || me.is_none() {
             return Err(g);
         }
         let Some(f) = self.begin_writeback(g) else {
@@ -204,7 +207,7 @@ impl Mapping {
     }
 
     /// The request that writes the folios of `m`, counted in `inflight`.
-    fn merged_bio(&self, m: WbMerge, inflight: &Arc<WbInFlight>) -> Bio {
+    fn merged_bio(&self, m: WbMerge, me: &Option<Arc<Mapping>>, inflight: &Arc<WbInFlight>) -> Bio {
         // Shared until the request ends, as a write here holds it (see `store_len`).
         self.store_len.share();
         *inflight.pending.lock().unwrap() += 1;
@@ -220,7 +223,9 @@ impl Mapping {
             len: first.len,
             more,
             end: Box::new(WriteEnd {
-                mapping: self.this().expect("checked when the pieces were made"),
+                mapping: me
+                    .clone()
+                    .expect("pieces are made only with the mapping alive"),
                 folios,
                 inflight: inflight.clone(),
             }),
