@@ -309,6 +309,88 @@ impl Counters {
     }
 }
 
+/// A read the engine hands to a store that completes reads itself
+/// ([`Store::completes_reads`]): a stretch of frame memory to fill from the store at
+/// [`offset`](Self::offset), owned by the store until it calls [`complete`](Self::complete).
+///
+/// The store may finish it on any thread, in any order, later than the call that took it (an
+/// async runtime's task waiting on the network). Dropping it uncompleted ends it with an
+/// error (`ECANCELED`): the folio it fills is unlocked, not up to date, and a reader that waits
+/// on it sees the error — nothing stays locked.
+pub struct ReadRequest {
+    bio: Option<Bio>,
+    counters: Arc<Counters>,
+}
+
+impl ReadRequest {
+    /// The store offset the bytes come from.
+    pub fn offset(&self) -> u64 {
+        self.bio.as_ref().map_or(0, |b| b.offset)
+    }
+
+    /// The bytes asked for.
+    pub fn len(&self) -> usize {
+        self.bio.as_ref().map_or(0, |b| b.len)
+    }
+
+    /// Whether it asks for no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The frame memory to fill.
+    pub fn buf(&mut self) -> &mut [u8] {
+        match self.bio.as_mut() {
+            // SAFETY: a read's buffer is frame memory of a locked folio that is not up to date
+            // (see `Bio`): no reader looks at it and no other request targets it until this
+            // request ends, which takes `self`; `&mut self` makes the borrow exclusive here.
+            Some(b) => unsafe { std::slice::from_raw_parts_mut(b.buf, b.len) },
+            None => &mut [],
+        }
+    }
+
+    /// Ends the request: `Ok(n)` when the first `n` bytes of [`buf`](Self::buf) hold the
+    /// store's data (fewer than [`len`](Self::len) only where the store's data ends), or the
+    /// error that stopped it.
+    pub fn complete(mut self, result: Result<usize, StoreError>) {
+        if let Some(bio) = self.bio.take() {
+            let len = bio.len;
+            self.counters.ended(result.is_err());
+            match result {
+                Ok(n) => bio.end.end_io(n.min(len), Ok(())),
+                Err(e) => bio.end.end_io(0, Err(e)),
+            }
+        }
+    }
+}
+
+impl Drop for ReadRequest {
+    fn drop(&mut self) {
+        if let Some(bio) = self.bio.take() {
+            let offset = bio.offset;
+            self.counters.ended(true);
+            bio.end.end_io(
+                0,
+                Err(StoreError::Io {
+                    op: Op::Read,
+                    offset,
+                    kind: std::io::ErrorKind::Interrupted,
+                    errno: Some(libc::ECANCELED),
+                }),
+            );
+        }
+    }
+}
+
+impl std::fmt::Debug for ReadRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReadRequest")
+            .field("offset", &self.offset())
+            .field("len", &self.len())
+            .finish()
+    }
+}
+
 /// A cache's I/O engine; see the [module documentation](self).
 pub(crate) struct Engine {
     uring: Option<uring::Uring>,
@@ -379,6 +461,10 @@ impl Engine {
         if bios.is_empty() {
             return;
         }
+        let bios = self.hand_reads_to_stores(bios);
+        if bios.is_empty() {
+            return;
+        }
         let Some(uring) = &self.uring else {
             self.threads.submit(bios);
             return;
@@ -392,6 +478,55 @@ impl Engine {
         if !ring.is_empty() {
             uring.submit(ring);
         }
+    }
+
+    /// Gives the reads of stores that complete reads themselves ([`Store::completes_reads`])
+    /// to their stores, each store's run of consecutive requests in one call; returns the rest.
+    fn hand_reads_to_stores(&self, bios: Vec<Bio>) -> Vec<Bio> {
+        if !bios
+            .iter()
+            .any(|b| b.op == BioOp::Read && b.end.store().completes_reads())
+        {
+            return bios;
+        }
+        let mut rest = Vec::new();
+        let mut run: Vec<ReadRequest> = Vec::new();
+        let flush = |run: &mut Vec<ReadRequest>| {
+            let reqs = std::mem::take(run);
+            let Some(first) = reqs.first() else {
+                return;
+            };
+            let bio = first.bio.as_ref().expect("a request not yet ended");
+            // SAFETY: the store is kept by the request's `BioEnd` (boxed: moving the request
+            // does not move it), and past the requests' end by the submitter: every caller of
+            // `submit` is a method of the mapping that owns the store, which lives for the call.
+            // The reference is used for that call only.
+            let store: &'static dyn Store =
+                unsafe { std::mem::transmute::<&dyn Store, &'static dyn Store>(bio.end.store()) };
+            self.counters.started(reqs.len());
+            self.counters.batches.fetch_add(1, Ordering::Relaxed);
+            store.submit_reads(reqs);
+        };
+        for bio in bios {
+            if bio.op == BioOp::Read && bio.more.is_empty() && bio.end.store().completes_reads() {
+                let same = run.first().is_some_and(|r| {
+                    let a = r.bio.as_ref().expect("a request not yet ended").end.store()
+                        as *const dyn Store as *const u8;
+                    std::ptr::eq(a, bio.end.store() as *const dyn Store as *const u8)
+                });
+                if !same {
+                    flush(&mut run);
+                }
+                run.push(ReadRequest {
+                    bio: Some(bio),
+                    counters: self.counters.clone(),
+                });
+            } else {
+                rest.push(bio);
+            }
+        }
+        flush(&mut run);
+        rest
     }
 
     /// Tells the engine's threads to stop once their work is done (they are not joined: the

@@ -275,6 +275,26 @@ pub trait Store: Send + Sync {
     /// about its file (the FUSE mount's change stamp). The default does nothing.
     fn io_fd_written(&self) {}
 
+    /// Whether the store completes reads itself, asynchronously: the I/O engine then hands a
+    /// batch's reads for this store to [`Store::submit_reads`] instead of running
+    /// [`Store::read_at`] on its threads (a store over the network that keeps many requests in
+    /// flight on its own runtime, and merges adjacent ones). The default: no.
+    fn completes_reads(&self) -> bool {
+        false
+    }
+
+    /// Takes reads to complete later ([`crate::bio::ReadRequest::complete`]), on any thread;
+    /// called only where [`Store::completes_reads`] says so, with a batch's requests for this
+    /// store in offset order as submitted (a readahead window: usually adjacent). It must not
+    /// block on their I/O. The default completes each at once with [`Store::read_full_at`].
+    fn submit_reads(&self, reqs: Vec<crate::bio::ReadRequest>) {
+        for mut r in reqs {
+            let offset = r.offset();
+            let res = self.read_full_at(offset, r.buf());
+            r.complete(res);
+        }
+    }
+
     /// Whether the store is empty.
     fn is_empty(&self) -> Result<bool> {
         Ok(self.len()? == 0)
@@ -342,6 +362,12 @@ macro_rules! forward_store {
             }
             fn io_fd_written(&self) {
                 (**self).io_fd_written()
+            }
+            fn completes_reads(&self) -> bool {
+                (**self).completes_reads()
+            }
+            fn submit_reads(&self, reqs: Vec<crate::bio::ReadRequest>) {
+                (**self).submit_reads(reqs)
             }
         }
     )*};
