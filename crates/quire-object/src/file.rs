@@ -1,0 +1,689 @@
+//! One object as a quire [`Store`]: reads are ranged GETs pinned to the version the file was
+//! opened at; writes land in a local staging file until [`Store::sync`] uploads the whole
+//! object (one PUT, or a multipart upload with parts in flight).
+//!
+//! # Where a byte of the file comes from
+//!
+//! | range of the file | source |
+//! |---|---|
+//! | written since the last upload (`staged`) | the staging file |
+//! | below `remote_valid` (the object's size at its version, cut by truncations since) | a ranged GET of that version (`If-Match` its ETag) |
+//! | the rest, up to `len` | zeros (a file extended by `set_len` or a write past its end) |
+//!
+//! The page cache asks only for what it lacks, so the staging file holds what was written
+//! back (the dirty folios the cache let go of, or all of them at `fsync`), not a copy of the
+//! object. An upload reads the three sources in order; the object's unchanged bytes come from
+//! the old version, so a file rewritten in place is uploaded whole (object storage has no
+//! partial writes).
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures::stream::{FuturesOrdered, FuturesUnordered, StreamExt};
+use object_store::path::Path;
+use object_store::ObjectStoreExt as _;
+use object_store::{GetOptions, GetRange, PutMode, PutOptions, PutPayload, UpdateVersion};
+use parking_lot::Mutex;
+use quire::bio::ReadRequest;
+use quire::store::{Op, Store, StoreError};
+
+use crate::backing::{errno_error, store_error, BackingInner};
+use crate::counters::Request;
+
+type Result<T> = std::result::Result<T, StoreError>;
+
+/// A version of an object: what a HEAD, GET or upload reported.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Version {
+    /// The ETag (`None` where the store gives none).
+    pub e_tag: Option<String>,
+    /// The store's version id, where it keeps versions.
+    pub version: Option<String>,
+    /// The object's size.
+    pub size: u64,
+}
+
+impl Version {
+    pub(crate) fn of(meta: &object_store::ObjectMeta) -> Version {
+        Version {
+            e_tag: meta.e_tag.clone(),
+            version: meta.version.clone(),
+            size: meta.size,
+        }
+    }
+}
+
+/// Written ranges, as start → end, disjoint and not touching.
+#[derive(Clone, Debug, Default)]
+struct Ranges(BTreeMap<u64, u64>);
+
+impl Ranges {
+    fn insert(&mut self, mut start: u64, mut end: u64) {
+        if start >= end {
+            return;
+        }
+        // Merge with every range that overlaps or touches [start, end).
+        let touching: Vec<(u64, u64)> = self
+            .0
+            .range(..=end)
+            .rev()
+            .take_while(|&(_, &e)| e >= start)
+            .map(|(&s, &e)| (s, e))
+            .collect();
+        for (s, e) in touching {
+            self.0.remove(&s);
+            start = start.min(s);
+            end = end.max(e);
+        }
+        self.0.insert(start, end);
+    }
+
+    /// Forgets everything at or past `at`.
+    fn cut(&mut self, at: u64) {
+        let past: Vec<u64> = self.0.range(at..).map(|(&s, _)| s).collect();
+        for s in past {
+            self.0.remove(&s);
+        }
+        if let Some((_, e)) = self.0.range_mut(..at).next_back() {
+            *e = (*e).min(at);
+        }
+    }
+
+    /// The range holding `at`, or the start of the next one.
+    fn at(&self, at: u64) -> Result2 {
+        if let Some((_, &e)) = self.0.range(..=at).next_back() {
+            if e > at {
+                return Result2::Inside(e);
+            }
+        }
+        Result2::Before(self.0.range(at..).next().map(|(&s, _)| s))
+    }
+}
+
+enum Result2 {
+    /// Inside a range that ends here.
+    Inside(u64),
+    /// Not inside one; the next starts here (if any).
+    Before(Option<u64>),
+}
+
+/// A stretch of the file and where its bytes are.
+#[derive(Debug)]
+enum Seg {
+    Staged {
+        off: u64,
+        len: usize,
+        file: Arc<File>,
+    },
+    Remote {
+        off: u64,
+        len: usize,
+    },
+    Zero {
+        len: usize,
+    },
+}
+
+#[derive(Debug)]
+struct State {
+    /// The version clean bytes come from; `None` for an object that did not exist when the
+    /// file was made.
+    remote: Option<Version>,
+    /// Bytes of `remote` that are still the file's (its size, cut by truncations since).
+    remote_valid: u64,
+    /// The file's length.
+    len: u64,
+    /// Bytes written since the last upload, and the file they are in.
+    staged: Ranges,
+    staging: Option<Arc<File>>,
+    /// Changed since the last upload (written or resized).
+    pending: bool,
+    /// Bumped by every change.
+    seq: u64,
+}
+
+/// One object as a store. Made by [`crate::ObjectCache`]; see the [module docs](self).
+pub struct ObjectFile {
+    pub(crate) inner: Arc<FileInner>,
+}
+
+pub(crate) struct FileInner {
+    pub(crate) backing: Arc<BackingInner>,
+    pub(crate) key: Path,
+    staging_dir: Option<PathBuf>,
+    state: Mutex<State>,
+    /// One upload at a time.
+    upload: Mutex<()>,
+}
+
+impl std::fmt::Debug for ObjectFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ObjectFile")
+            .field("key", &self.inner.key.as_ref())
+            .field("state", &*self.inner.state.lock())
+            .finish()
+    }
+}
+
+impl ObjectFile {
+    /// The file of object `key` at `remote` (`None`: a new object, empty until written).
+    pub(crate) fn new(
+        backing: Arc<BackingInner>,
+        key: Path,
+        remote: Option<Version>,
+        staging_dir: Option<PathBuf>,
+    ) -> ObjectFile {
+        let size = remote.as_ref().map_or(0, |v| v.size);
+        ObjectFile {
+            inner: Arc::new(FileInner {
+                backing,
+                key,
+                staging_dir,
+                state: Mutex::new(State {
+                    remote,
+                    remote_valid: size,
+                    len: size,
+                    staged: Ranges::default(),
+                    staging: None,
+                    pending: false,
+                    seq: 0,
+                }),
+                upload: Mutex::new(()),
+            }),
+        }
+    }
+}
+
+impl FileInner {
+    /// The version clean bytes come from.
+    pub(crate) fn remote(&self) -> Option<Version> {
+        self.state.lock().remote.clone()
+    }
+
+    /// Whether there are changes not yet uploaded.
+    pub(crate) fn pending(&self) -> bool {
+        self.state.lock().pending
+    }
+
+    /// Pins the file to `remote`, a newer version found by an open, forgetting the old one.
+    /// Only for a file without pending changes (the caller checked, under its own lock).
+    pub(crate) fn repin(&self, remote: Version) {
+        let mut s = self.state.lock();
+        s.remote_valid = remote.size;
+        s.len = remote.size;
+        s.remote = Some(remote);
+    }
+
+    /// Makes the file a new, empty object's (an open with `O_TRUNC` or a create): its length 0,
+    /// uploaded at the next sync even if nothing is written.
+    pub(crate) fn truncate_new(&self) {
+        let mut s = self.state.lock();
+        s.len = 0;
+        s.remote_valid = 0;
+        s.staged = Ranges::default();
+        s.staging = None;
+        s.pending = true;
+        s.seq += 1;
+    }
+
+    /// Where the bytes of `offset..offset + n` are (clamped to the file's length).
+    fn plan(&self, offset: u64, n: usize) -> (Vec<Seg>, Option<String>) {
+        let s = self.state.lock();
+        let end = s.len.min(offset.saturating_add(n as u64));
+        let mut segs = Vec::new();
+        let mut at = offset;
+        while at < end {
+            match s.staged.at(at) {
+                Result2::Inside(e) => {
+                    let e = e.min(end);
+                    segs.push(Seg::Staged {
+                        off: at,
+                        len: (e - at) as usize,
+                        file: s
+                            .staging
+                            .clone()
+                            .expect("staged ranges have a staging file"),
+                    });
+                    at = e;
+                }
+                Result2::Before(next) => {
+                    let stop = next.unwrap_or(end).min(end);
+                    if at < s.remote_valid {
+                        let e = stop.min(s.remote_valid);
+                        segs.push(Seg::Remote {
+                            off: at,
+                            len: (e - at) as usize,
+                        });
+                        at = e;
+                    } else {
+                        segs.push(Seg::Zero {
+                            len: (stop - at) as usize,
+                        });
+                        at = stop;
+                    }
+                }
+            }
+        }
+        let tag = s.remote.as_ref().and_then(|v| v.e_tag.clone());
+        (segs, tag)
+    }
+
+    /// The file's bytes at `offset..offset + n`, fewer at its end: remote stretches as ranged
+    /// GETs of at most `range_size`, all in flight at once.
+    async fn fetch(self: Arc<Self>, offset: u64, n: usize) -> Result<Vec<u8>> {
+        let (segs, tag) = self.plan(offset, n);
+        let total: usize = segs
+            .iter()
+            .map(|s| match s {
+                Seg::Staged { len, .. } | Seg::Remote { len, .. } | Seg::Zero { len } => *len,
+            })
+            .sum();
+        let mut out = vec![0u8; total];
+        let mut gets = FuturesOrdered::new();
+        let mut at = 0usize;
+        let step = self.backing.config.range_size.max(4096);
+        for seg in segs {
+            match seg {
+                Seg::Staged { off, len, file } => {
+                    file.read_exact_at(&mut out[at..at + len], off)
+                        .map_err(|e| StoreError::Io {
+                            op: Op::Read,
+                            offset: off,
+                            kind: e.kind(),
+                            errno: e.raw_os_error(),
+                        })?;
+                    at += len;
+                }
+                Seg::Zero { len } => at += len,
+                Seg::Remote { off, len } => {
+                    let mut done = 0;
+                    while done < len {
+                        let l = step.min(len - done);
+                        let this = self.clone();
+                        let tag = tag.clone();
+                        let o = off + done as u64;
+                        let dst = at + done;
+                        gets.push_back(
+                            async move { this.get_range(o, l, tag).await.map(|b| (dst, b)) },
+                        );
+                        done += l;
+                    }
+                    at += len;
+                }
+            }
+        }
+        while let Some(r) = gets.next().await {
+            let (dst, b) = r?;
+            out[dst..dst + b.len()].copy_from_slice(&b);
+        }
+        Ok(out)
+    }
+
+    /// One ranged GET of exactly `len` bytes at `off`, of the version tagged `tag`.
+    async fn get_range(&self, off: u64, len: usize, tag: Option<String>) -> Result<Bytes> {
+        let counters = &self.backing.counters;
+        let req = counters.start(Request::Get);
+        let opts = GetOptions {
+            range: Some(GetRange::Bounded(off..off + len as u64)),
+            if_match: tag,
+            ..Default::default()
+        };
+        let res = self.backing.store.get_opts(&self.key, opts).await;
+        let bytes = match res {
+            Ok(r) => r.bytes().await,
+            Err(e) => Err(e),
+        };
+        let bytes = bytes.map_err(|e| {
+            if matches!(e, object_store::Error::Precondition { .. }) {
+                counters.stale();
+            }
+            store_error(Op::Read, off, &e)
+        })?;
+        if bytes.len() != len {
+            // A body cut short (a dropped connection the client did not notice, a server that
+            // sent less): never passed off as the end of the file.
+            return Err(errno_error(Op::Read, off + bytes.len() as u64, libc::EIO));
+        }
+        counters.read(len);
+        req.ok();
+        Ok(bytes)
+    }
+
+    /// Uploads the file if it changed since the last upload.
+    fn upload(self: &Arc<Self>) -> Result<()> {
+        let _one = self.upload.lock();
+        let (len, remote, seq) = {
+            let s = self.state.lock();
+            if !s.pending {
+                return Ok(());
+            }
+            (s.len, s.remote.clone(), s.seq)
+        };
+        let this = self.clone();
+        let put = self.backing.block_on(async move {
+            if len <= this.backing.config.single_put_max {
+                this.put_whole(len, remote).await
+            } else {
+                this.put_multipart(len, remote).await
+            }
+        })?;
+        let mut s = self.state.lock();
+        s.remote = Some(Version {
+            e_tag: put.e_tag,
+            version: put.version,
+            size: len,
+        });
+        s.remote_valid = len;
+        if s.seq == seq {
+            // Nothing changed while it was uploading: the object is the file.
+            s.staged = Ranges::default();
+            s.staging = None;
+            s.pending = false;
+        } else {
+            // Changed meanwhile: what is staged is newer than the upload, and what is not is
+            // the same in both versions. Upload again at the next sync.
+            s.remote_valid = s.remote_valid.min(s.len);
+        }
+        Ok(())
+    }
+
+    fn put_mode(&self, remote: &Option<Version>) -> PutMode {
+        if !self.backing.config.conditional_writes {
+            return PutMode::Overwrite;
+        }
+        match remote {
+            None => PutMode::Create,
+            Some(Version { e_tag: None, .. }) => PutMode::Overwrite,
+            Some(v) => PutMode::Update(UpdateVersion {
+                e_tag: v.e_tag.clone(),
+                version: v.version.clone(),
+            }),
+        }
+    }
+
+    async fn put_whole(
+        self: Arc<Self>,
+        len: u64,
+        remote: Option<Version>,
+    ) -> Result<object_store::PutResult> {
+        let data = self.clone().fetch(0, len as usize).await?;
+        if data.len() as u64 != len {
+            return Err(errno_error(Op::Write, data.len() as u64, libc::EIO));
+        }
+        let n = data.len();
+        let counters = &self.backing.counters;
+        let req = counters.start(Request::Put);
+        let opts = PutOptions {
+            mode: self.put_mode(&remote),
+            ..Default::default()
+        };
+        let r = self
+            .backing
+            .store
+            .put_opts(&self.key, PutPayload::from(data), opts)
+            .await
+            .map_err(|e| store_error(Op::Write, 0, &e))?;
+        counters.written(n);
+        req.ok();
+        Ok(r)
+    }
+
+    /// A multipart upload: parts fetched in order, up to `parts_in_flight` uploading at once.
+    /// Multipart uploads are not conditional in object_store: the version is checked with a
+    /// HEAD before completing (a writer that replaces the object between that HEAD and the
+    /// completion is not detected).
+    async fn put_multipart(
+        self: Arc<Self>,
+        len: u64,
+        remote: Option<Version>,
+    ) -> Result<object_store::PutResult> {
+        let counters = self.backing.counters.clone();
+        let store = self.backing.store.clone();
+        let req = counters.start(Request::Multipart);
+        let mut upload = store
+            .put_multipart(&self.key)
+            .await
+            .map_err(|e| store_error(Op::Write, 0, &e))?;
+        let part = self.backing.config.part_size.max(5 << 20) as u64;
+        let depth = self.backing.config.parts_in_flight.max(1);
+        let mut running = FuturesUnordered::new();
+        let mut off = 0u64;
+        let result: Result<()> = async {
+            while off < len {
+                let l = part.min(len - off) as usize;
+                let data = self.clone().fetch(off, l).await?;
+                if data.len() != l {
+                    return Err(errno_error(Op::Write, off + data.len() as u64, libc::EIO));
+                }
+                let counters = counters.clone();
+                let fut = upload.put_part(PutPayload::from(data));
+                let at = off;
+                running.push(async move {
+                    let r = counters.start(Request::Part);
+                    fut.await.map_err(|e| store_error(Op::Write, at, &e))?;
+                    counters.written(l);
+                    r.ok();
+                    Ok::<(), StoreError>(())
+                });
+                off += l as u64;
+                while running.len() >= depth {
+                    if let Some(r) = running.next().await {
+                        r?;
+                    }
+                }
+            }
+            while let Some(r) = running.next().await {
+                r?;
+            }
+            if self.backing.config.conditional_writes {
+                let now = store.head(&self.key).await;
+                let same = match (&remote, now) {
+                    (None, Err(object_store::Error::NotFound { .. })) => true,
+                    (Some(v), Ok(m)) => v.e_tag.is_none() || v.e_tag == m.e_tag,
+                    _ => false,
+                };
+                if !same {
+                    counters.stale();
+                    return Err(errno_error(
+                        Op::Write,
+                        0,
+                        if remote.is_none() {
+                            libc::EEXIST
+                        } else {
+                            libc::ESTALE
+                        },
+                    ));
+                }
+            }
+            Ok(())
+        }
+        .await;
+        drop(running);
+        match result {
+            Ok(()) => {
+                let r = upload
+                    .complete()
+                    .await
+                    .map_err(|e| store_error(Op::Write, 0, &e))?;
+                req.ok();
+                Ok(r)
+            }
+            Err(e) => {
+                let _ = upload.abort().await;
+                Err(e)
+            }
+        }
+    }
+
+    fn staging_file(&self, s: &mut State) -> Result<Arc<File>> {
+        if let Some(f) = &s.staging {
+            return Ok(f.clone());
+        }
+        let made = match &self.staging_dir {
+            Some(d) => tempfile::tempfile_in(d),
+            None => tempfile::tempfile(),
+        };
+        let f = Arc::new(made.map_err(|e| StoreError::Io {
+            op: Op::Write,
+            offset: 0,
+            kind: e.kind(),
+            errno: e.raw_os_error(),
+        })?);
+        s.staging = Some(f.clone());
+        Ok(f)
+    }
+}
+
+impl Store for ObjectFile {
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        let data = self
+            .inner
+            .backing
+            .block_on(self.inner.clone().fetch(offset, buf.len()))?;
+        buf[..data.len()].copy_from_slice(&data);
+        Ok(data.len())
+    }
+
+    fn write_at(&self, offset: u64, buf: &[u8]) -> Result<usize> {
+        let mut s = self.inner.state.lock();
+        let file = self.inner.staging_file(&mut s)?;
+        file.write_all_at(buf, offset).map_err(|e| StoreError::Io {
+            op: Op::Write,
+            offset,
+            kind: e.kind(),
+            errno: e.raw_os_error(),
+        })?;
+        let end = offset + buf.len() as u64;
+        s.staged.insert(offset, end);
+        s.len = s.len.max(end);
+        s.pending = true;
+        s.seq += 1;
+        Ok(buf.len())
+    }
+
+    /// Uploads the object if it changed (see the [module docs](self)).
+    fn sync(&self) -> Result<()> {
+        self.inner.upload()
+    }
+
+    fn len(&self) -> Result<u64> {
+        Ok(self.inner.state.lock().len)
+    }
+
+    fn set_len(&self, len: u64) -> Result<()> {
+        let mut s = self.inner.state.lock();
+        if len < s.len {
+            s.staged.cut(len);
+            if let Some(f) = &s.staging {
+                f.set_len(len).map_err(|e| StoreError::Io {
+                    op: Op::Write,
+                    offset: len,
+                    kind: e.kind(),
+                    errno: e.raw_os_error(),
+                })?;
+            }
+            s.remote_valid = s.remote_valid.min(len);
+        }
+        if len != s.len {
+            s.len = len;
+            s.pending = true;
+            s.seq += 1;
+        }
+        Ok(())
+    }
+
+    fn completes_reads(&self) -> bool {
+        true
+    }
+
+    /// Adjacent requests are fetched together, as ranges of at most `range_size` bytes, each
+    /// completing its requests as soon as it arrives.
+    fn submit_reads(&self, reqs: Vec<ReadRequest>) {
+        let step = self.inner.backing.config.range_size.max(4096) as u64;
+        let mut group: Vec<ReadRequest> = Vec::new();
+        let mut groups = Vec::new();
+        for r in reqs {
+            let joins = group.last().is_some_and(|last| {
+                last.offset() + last.len() as u64 == r.offset()
+                    && r.offset() + r.len() as u64 - group[0].offset() <= step
+            });
+            if !joins && !group.is_empty() {
+                groups.push(std::mem::take(&mut group));
+            }
+            group.push(r);
+        }
+        if !group.is_empty() {
+            groups.push(group);
+        }
+        for group in groups {
+            let inner = self.inner.clone();
+            self.inner.backing.runtime.spawn(async move {
+                let start = group[0].offset();
+                let last = group.last().expect("a group is not empty");
+                let n = (last.offset() + last.len() as u64 - start) as usize;
+                match inner.fetch(start, n).await {
+                    Ok(data) => {
+                        for mut r in group {
+                            let at = (r.offset() - start) as usize;
+                            let have = data.len().saturating_sub(at).min(r.len());
+                            r.buf()[..have].copy_from_slice(&data[at..at + have]);
+                            r.complete(Ok(have));
+                        }
+                    }
+                    Err(e) => {
+                        for r in group {
+                            r.complete(Err(e.clone()));
+                        }
+                    }
+                }
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Ranges;
+    use proptest::prelude::*;
+
+    /// The written ranges against a plain model: a byte per position.
+    fn check(r: &Ranges, model: &[bool]) {
+        let mut want = Vec::new();
+        let mut i = 0;
+        while i < model.len() {
+            if model[i] {
+                let s = i;
+                while i < model.len() && model[i] {
+                    i += 1;
+                }
+                want.push((s as u64, i as u64));
+            } else {
+                i += 1;
+            }
+        }
+        let got: Vec<(u64, u64)> = r.0.iter().map(|(&s, &e)| (s, e)).collect();
+        assert_eq!(got, want);
+    }
+
+    proptest! {
+        #[test]
+        fn ranges_match_a_model(ops in proptest::collection::vec((0u64..200, 0u64..40, any::<bool>()), 1..60)) {
+            let mut r = Ranges::default();
+            let mut model = vec![false; 260];
+            for (start, len, cut) in ops {
+                if cut {
+                    r.cut(start);
+                    for b in &mut model[start as usize..] { *b = false; }
+                } else {
+                    r.insert(start, start + len);
+                    for b in &mut model[start as usize..(start + len) as usize] { *b = true; }
+                }
+                check(&r, &model);
+            }
+        }
+    }
+}

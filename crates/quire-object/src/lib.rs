@@ -1,0 +1,110 @@
+//! `quire-object`: quire's page cache in front of object storage — S3 and every S3-compatible
+//! server, Google Cloud Storage, Azure Blob Storage — through the [`object_store`] crate.
+//!
+//! One object is one cached file. Its misses are ranged GETs: a readahead window goes to the
+//! store as one batch ([`quire::Store::submit_reads`]) and out as ranges of at most
+//! [`BackingConfig::range_size`], all in flight at once on the backing's runtime, with no thread
+//! per request. Writes stay in the cache (and, written back, in a local staging file) until
+//! `fsync` or close uploads the object: one PUT when small, a multipart upload with parts in
+//! flight when large.
+//!
+//! - [`Backing`]: a bucket (or a prefix of one): the client, its runtime, its counters.
+//! - [`ObjectCache`]: the page cache in front of it, with close-to-open consistency
+//!   ([`cache`] says exactly what it promises); [`ObjectHandle`]: an open object.
+//! - [`file`]: one object as a [`quire::Store`], and where each byte of it comes from.
+//! - [`ObjectStats`]: requests by kind, bytes, HTTP attempts (so retries), errors, in flight.
+//!
+//! Errors at a file-system boundary are errnos: a missing object `ENOENT`, an object changed
+//! under a reader or writer `ESTALE`, a key taken by another creator `EEXIST`, a refused
+//! credential `EACCES`, anything else after the retries `EIO`.
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs)]
+
+pub mod backing;
+pub mod cache;
+pub mod counters;
+pub mod file;
+
+pub use backing::{errno_of, Backing, BackingConfig};
+pub use cache::{ObjectCache, ObjectHandle};
+pub use counters::{ObjectStats, Request};
+pub use file::Version;
+
+/// What can go wrong outside a read or write (those report [`quire::FilemapError`]).
+#[derive(Debug, thiserror::Error)]
+pub enum ObjectError {
+    /// The URL names no store this crate knows.
+    #[error("bad object store URL {url}: {why}")]
+    Url {
+        /// The URL.
+        url: String,
+        /// What is wrong with it.
+        why: String,
+    },
+    /// The store could not be reached, or refused the credentials, or has no such bucket.
+    #[error("cannot use {url}: {source}")]
+    Connect {
+        /// The URL.
+        url: String,
+        /// The store's error.
+        source: Box<object_store::Error>,
+    },
+    /// A name that is not a valid object key.
+    #[error("bad object name {key:?}: {why}")]
+    Key {
+        /// The name.
+        key: String,
+        /// Why.
+        why: String,
+    },
+    /// A request about an object failed (after its retries).
+    #[error("{key}: {message}")]
+    Store {
+        /// The object.
+        key: String,
+        /// The errno it stands for (`ENOENT` for a missing object).
+        errno: i32,
+        /// The store's message.
+        message: String,
+    },
+    /// The page cache refused (no memory, a failed write-back).
+    #[error(transparent)]
+    Cache(#[from] quire::FilemapError),
+    /// The runtime could not be started.
+    #[error("could not start the object store's runtime: {0}")]
+    Runtime(std::io::Error),
+}
+
+impl ObjectError {
+    pub(crate) fn store(key: &object_store::path::Path, e: &object_store::Error) -> ObjectError {
+        ObjectError::Store {
+            key: key.to_string(),
+            errno: errno_of(e),
+            message: e.to_string(),
+        }
+    }
+
+    /// The errno a file system answers with.
+    pub fn errno(&self) -> i32 {
+        match self {
+            ObjectError::Store { errno, .. } => *errno,
+            ObjectError::Key { .. } | ObjectError::Url { .. } => libc::EINVAL,
+            ObjectError::Cache(e) => filemap_errno(e),
+            _ => libc::EIO,
+        }
+    }
+}
+
+/// The errno a page-cache error stands for (`EIO` where it carries none).
+pub fn filemap_errno(e: &quire::FilemapError) -> i32 {
+    use quire::FilemapError as F;
+    match e {
+        F::Store(quire::StoreError::Io {
+            errno: Some(errno), ..
+        }) => *errno,
+        F::Writeback { errno } | F::DirtyLimit { errno } => *errno,
+        F::Overflow { .. } => libc::EFBIG,
+        F::NoMemory { .. } => libc::ENOMEM,
+        _ => libc::EIO,
+    }
+}
