@@ -41,6 +41,10 @@ pub struct BackingConfig {
     pub conditional_writes: bool,
     /// Runtime threads that drive requests.
     pub runtime_threads: usize,
+    /// `object_store` configuration keys and values applied over the environment's (for S3:
+    /// `aws_endpoint`, `aws_access_key_id`, `aws_secret_access_key`, `aws_region`,
+    /// `aws_allow_http`, …; for GCS `google_*`, for Azure `azure_*`).
+    pub options: Vec<(String, String)>,
 }
 
 impl Default for BackingConfig {
@@ -55,6 +59,7 @@ impl Default for BackingConfig {
             parts_in_flight: 8,
             conditional_writes: true,
             runtime_threads: 2,
+            options: Vec::new(),
         }
     }
 }
@@ -171,11 +176,19 @@ impl Backing {
                     .with_http_connector(connector());
                 // `AWS_ALLOW_HTTP` is read by from_env; an endpoint given as http:// means
                 // plain HTTP was asked for (a local server).
-                if std::env::var("AWS_ENDPOINT_URL")
-                    .or_else(|_| std::env::var("AWS_ENDPOINT"))
-                    .is_ok_and(|e| e.starts_with("http://"))
-                {
+                let endpoint = config
+                    .options
+                    .iter()
+                    .find(|(k, _)| k.contains("endpoint"))
+                    .map(|(_, v)| v.clone())
+                    .or_else(|| std::env::var("AWS_ENDPOINT_URL").ok())
+                    .or_else(|| std::env::var("AWS_ENDPOINT").ok());
+                if endpoint.is_some_and(|e| e.starts_with("http://")) {
                     b = b.with_allow_http(true);
+                }
+                for (k, v) in &config.options {
+                    let key = k.parse().map_err(build_err)?;
+                    b = b.with_config(key, v);
                 }
                 if config.conditional_writes {
                     b = b.with_conditional_put(object_store::aws::S3ConditionalPut::ETagMatch);
@@ -186,27 +199,27 @@ impl Backing {
                 if bucket.is_empty() {
                     return Err(bad("no bucket"));
                 }
-                Arc::new(
-                    object_store::gcp::GoogleCloudStorageBuilder::from_env()
-                        .with_url(bucket_url)
-                        .with_retry(retry)
-                        .with_http_connector(connector())
-                        .build()
-                        .map_err(build_err)?,
-                )
+                let mut b = object_store::gcp::GoogleCloudStorageBuilder::from_env()
+                    .with_url(bucket_url)
+                    .with_retry(retry)
+                    .with_http_connector(connector());
+                for (k, v) in &config.options {
+                    b = b.with_config(k.parse().map_err(build_err)?, v);
+                }
+                Arc::new(b.build().map_err(build_err)?)
             }
             "az" | "azure" | "abfs" | "abfss" => {
                 if bucket.is_empty() {
                     return Err(bad("no container"));
                 }
-                Arc::new(
-                    object_store::azure::MicrosoftAzureBuilder::from_env()
-                        .with_url(bucket_url)
-                        .with_retry(retry)
-                        .with_http_connector(connector())
-                        .build()
-                        .map_err(build_err)?,
-                )
+                let mut b = object_store::azure::MicrosoftAzureBuilder::from_env()
+                    .with_url(bucket_url)
+                    .with_retry(retry)
+                    .with_http_connector(connector());
+                for (k, v) in &config.options {
+                    b = b.with_config(k.parse().map_err(build_err)?, v);
+                }
+                Arc::new(b.build().map_err(build_err)?)
             }
             "memory" => Arc::new(object_store::memory::InMemory::new()),
             "file" => {

@@ -109,9 +109,12 @@ impl ObjectCache {
         let k = key.clone();
         let r = self.backing.block_on(async move {
             let req = inner.counters.start(crate::Request::Head);
-            let m = inner.store.head(&k).await?;
-            req.ok();
-            Ok::<_, object_store::Error>(m)
+            let m = inner.store.head(&k).await;
+            if matches!(m, Ok(_) | Err(object_store::Error::NotFound { .. })) {
+                // "No such object" is an answer, not a failure.
+                req.ok();
+            }
+            m
         });
         match r {
             Ok(m) => Ok(Version::of(&m)),
