@@ -194,3 +194,73 @@ fn dropped_requests_unlock_their_folios() {
     drop(f);
     check_no_leak(&cache, "after the reads");
 }
+
+/// A memory store that keeps what reclaim offers it (`keeps_evicted`): the kernel's cleancache.
+struct Keeping {
+    inner: MemStore,
+    kept: Mutex<Vec<(u64, Vec<u8>)>>,
+}
+
+impl Store for Keeping {
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> quire::store::Result<usize> {
+        self.inner.read_at(offset, buf)
+    }
+    fn write_at(&self, offset: u64, buf: &[u8]) -> quire::store::Result<usize> {
+        self.inner.write_at(offset, buf)
+    }
+    fn sync(&self) -> quire::store::Result<()> {
+        self.inner.sync()
+    }
+    fn len(&self) -> quire::store::Result<u64> {
+        self.inner.len()
+    }
+    fn set_len(&self, len: u64) -> quire::store::Result<()> {
+        self.inner.set_len(len)
+    }
+    fn keeps_evicted(&self) -> bool {
+        true
+    }
+    fn evicted_clean(&self, offset: u64, data: &[u8]) {
+        self.kept.lock().unwrap().push((offset, data.to_vec()));
+    }
+}
+
+/// Reclaim offers every clean folio it evicts, with the bytes the store has there; dirty data
+/// is written back first and offered only once clean.
+#[test]
+fn reclaim_offers_evicted_clean_folios() {
+    let _dog = Watchdog::arm(Duration::from_secs(60), "cleancache");
+    let data = pattern(1024 * PAGE, 13);
+    let store = Arc::new(Keeping {
+        inner: MemStore::from_vec(data.clone()),
+        kept: Mutex::new(Vec::new()),
+    });
+    let cache = PageCache::new(quiet_config(1 << 20)).unwrap();
+    let f = cache.open(store.clone()).unwrap();
+    let mut buf = vec![0u8; 64 * 1024];
+    for i in 0..(data.len() / buf.len()) {
+        f.read_exact_at((i * buf.len()) as u64, &mut buf).unwrap();
+    }
+    f.write_all_at(0, &[0xee; PAGE]).unwrap();
+    for i in 0..(data.len() / buf.len()) {
+        f.read_exact_at((i * buf.len()) as u64, &mut buf).unwrap();
+    }
+    let kept = store.kept.lock().unwrap();
+    let bytes: usize = kept.iter().map(|(_, d)| d.len()).sum();
+    assert!(
+        bytes >= data.len() - (1 << 20),
+        "a file 4x the budget read twice: {bytes} bytes offered"
+    );
+    let mut now = data.clone();
+    now[..PAGE].fill(0xee);
+    for (off, d) in kept.iter() {
+        let o = *off as usize;
+        // Page 0 was rewritten in between: either version, as it was when evicted.
+        if o == 0 {
+            assert!(d[..PAGE] == data[..PAGE] || d[..PAGE] == now[..PAGE]);
+            assert_eq!(&d[PAGE..], &data[PAGE..d.len()]);
+        } else {
+            assert_eq!(&d[..], &data[o..o + d.len()], "offered bytes at {o}");
+        }
+    }
+}

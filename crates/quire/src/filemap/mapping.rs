@@ -37,6 +37,9 @@ pub(crate) struct Mapping {
     pub(crate) tlb_spread: u64,
     pub(crate) cache: Arc<Cache>,
     pub(crate) store: Box<dyn Store>,
+    /// [`Store::keeps_evicted`], asked once: reclaim offers the store each clean folio it
+    /// evicts (the kernel's cleancache).
+    cleancache: bool,
     pub(crate) pages: XArray<FolioPtr>,
     /// The file's length in bytes, including data not yet written back.
     size: AtomicU64,
@@ -176,6 +179,7 @@ impl Mapping {
             uid,
             tlb_spread: hit::tlb_spread(uid),
             cache,
+            cleancache: store.keeps_evicted(),
             store,
             pages,
             size: AtomicU64::new(size),
@@ -905,6 +909,11 @@ impl Mapping {
         // above made it dirty again before putting its reference, which the freeze saw.
         if folio.flags() & (DIRTY | WRITEBACK) != 0 {
             return false;
+        }
+        if self.cleancache && folio.is_uptodate() {
+            // A second tier below this one keeps a copy (frozen: the bytes cannot change).
+            self.store
+                .evicted_clean(folio.index() << FRAME_SHIFT, frozen.bytes());
         }
         let value = shadow(folio);
         self.remove_folio(

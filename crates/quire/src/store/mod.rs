@@ -295,6 +295,23 @@ pub trait Store: Send + Sync {
         }
     }
 
+    /// Whether the store keeps copies of clean data the cache evicts ([`Store::evicted_clean`]):
+    /// a second, slower tier below the memory budget (a local disk cache in front of a remote
+    /// store). Asked once, when a file is opened. The default: no.
+    fn keeps_evicted(&self) -> bool {
+        false
+    }
+
+    /// Reclaim evicted the clean, up-to-date folio holding `data` at store offset `offset`
+    /// (the kernel's cleancache "put"). Called under the folio's lock during reclaim: copy or
+    /// queue, don't block. The bytes are what the store would return for that range (the
+    /// cache's copy, which may be newer than the store's if the store lost a write: a tier must
+    /// key what it keeps by what it knows of the store's version).
+    #[doc(alias = "cleancache_put_page")]
+    fn evicted_clean(&self, offset: u64, data: &[u8]) {
+        let _ = (offset, data);
+    }
+
     /// Whether the store is empty.
     fn is_empty(&self) -> Result<bool> {
         Ok(self.len()? == 0)
@@ -365,6 +382,12 @@ macro_rules! forward_store {
             }
             fn completes_reads(&self) -> bool {
                 (**self).completes_reads()
+            }
+            fn keeps_evicted(&self) -> bool {
+                (**self).keeps_evicted()
+            }
+            fn evicted_clean(&self, offset: u64, data: &[u8]) {
+                (**self).evicted_clean(offset, data)
             }
             fn submit_reads(&self, reqs: Vec<crate::bio::ReadRequest>) {
                 (**self).submit_reads(reqs)
