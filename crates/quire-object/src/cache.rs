@@ -32,6 +32,7 @@ use quire::filemap::{CachedFile, FilemapError, PageCache};
 
 use crate::backing::{errno_error, Backing};
 use crate::file::{FileInner, ObjectFile, Version};
+use crate::tier::DiskTier;
 use crate::ObjectError;
 
 /// A cached object: its file in the page cache, its store, and the generation handles check.
@@ -47,6 +48,7 @@ pub struct ObjectCache {
     cache: PageCache,
     backing: Backing,
     staging_dir: Option<PathBuf>,
+    tier: Option<DiskTier>,
     files: Mutex<HashMap<Path, Arc<Entry>>>,
 }
 
@@ -67,8 +69,21 @@ impl ObjectCache {
             cache,
             backing,
             staging_dir,
+            tier: None,
             files: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Puts `tier` under the memory cache: clean folios evicted from memory go there, and
+    /// misses look there before the network (for files opened from now on).
+    pub fn with_tier(mut self, tier: DiskTier) -> ObjectCache {
+        self.tier = Some(tier);
+        self
+    }
+
+    /// The disk tier, if there is one.
+    pub fn tier(&self) -> Option<&DiskTier> {
+        self.tier.as_ref()
     }
 
     /// The page cache.
@@ -159,6 +174,7 @@ impl ObjectCache {
                     key.clone(),
                     version,
                     self.staging_dir.clone(),
+                    self.tier.as_ref().map(|t| t.inner.clone()),
                 );
                 let object = store.inner.clone();
                 let file = self.cache.open(store).map_err(ObjectError::Cache)?;

@@ -33,6 +33,7 @@ use quire::store::{Op, Store, StoreError};
 
 use crate::backing::{errno_error, store_error, BackingInner};
 use crate::counters::Request;
+use crate::tier::{ObjectId, TierInner};
 
 type Result<T> = std::result::Result<T, StoreError>;
 
@@ -155,6 +156,7 @@ pub(crate) struct FileInner {
     pub(crate) backing: Arc<BackingInner>,
     pub(crate) key: Path,
     staging_dir: Option<PathBuf>,
+    tier: Option<Arc<TierInner>>,
     state: Mutex<State>,
     /// One upload at a time.
     upload: Mutex<()>,
@@ -176,6 +178,7 @@ impl ObjectFile {
         key: Path,
         remote: Option<Version>,
         staging_dir: Option<PathBuf>,
+        tier: Option<Arc<TierInner>>,
     ) -> ObjectFile {
         let size = remote.as_ref().map_or(0, |v| v.size);
         ObjectFile {
@@ -183,6 +186,7 @@ impl ObjectFile {
                 backing,
                 key,
                 staging_dir,
+                tier,
                 state: Mutex::new(State {
                     remote,
                     remote_valid: size,
@@ -300,17 +304,27 @@ impl FileInner {
                 }
                 Seg::Zero { len } => at += len,
                 Seg::Remote { off, len } => {
-                    let mut done = 0;
-                    while done < len {
-                        let l = step.min(len - done);
-                        let this = self.clone();
-                        let tag = tag.clone();
-                        let o = off + done as u64;
-                        let dst = at + done;
-                        gets.push_back(
-                            async move { this.get_range(o, l, tag).await.map(|b| (dst, b)) },
-                        );
-                        done += l;
+                    // What the disk tier has is copied in; the rest is fetched.
+                    let missing = match (&self.tier, &tag) {
+                        (Some(tier), Some(t)) => {
+                            let id = self.tier_id(t);
+                            from_tier(tier, id, off, &mut out[at..at + len])
+                        }
+                        _ => vec![(off, len)],
+                    };
+                    for (moff, mlen) in missing {
+                        let mut done = 0;
+                        while done < mlen {
+                            let l = step.min(mlen - done);
+                            let this = self.clone();
+                            let tag = tag.clone();
+                            let o = moff + done as u64;
+                            let dst = at + (o - off) as usize;
+                            gets.push_back(async move {
+                                this.get_range(o, l, tag).await.map(|b| (dst, b))
+                            });
+                            done += l;
+                        }
                     }
                     at += len;
                 }
@@ -321,6 +335,10 @@ impl FileInner {
             out[dst..dst + b.len()].copy_from_slice(&b);
         }
         Ok(out)
+    }
+
+    fn tier_id(&self, e_tag: &str) -> ObjectId {
+        ObjectId::of(&self.backing.url, self.key.as_ref(), e_tag)
     }
 
     /// One ranged GET of exactly `len` bytes at `off`, of the version tagged `tag`.
@@ -538,6 +556,32 @@ impl FileInner {
     }
 }
 
+/// Fills from `tier` what it has of `dst` (the file's bytes at `off`); returns the stretches
+/// (offset, length) it lacks, in order.
+fn from_tier(tier: &TierInner, id: ObjectId, off: u64, dst: &mut [u8]) -> Vec<(u64, usize)> {
+    const PAGE: u64 = 4096;
+    let end = off + dst.len() as u64;
+    let first = off / PAGE * PAGE;
+    let last = end.div_ceil(PAGE) * PAGE;
+    let mut pages = vec![0u8; (last - first) as usize];
+    let found = tier.read(id, first, &mut pages);
+    let mut missing: Vec<(u64, usize)> = Vec::new();
+    for (i, hit) in found.iter().enumerate() {
+        let p0 = (first + i as u64 * PAGE).max(off);
+        let p1 = (first + (i as u64 + 1) * PAGE).min(end);
+        if *hit {
+            let src = (p0 - first) as usize..(p1 - first) as usize;
+            dst[(p0 - off) as usize..(p1 - off) as usize].copy_from_slice(&pages[src]);
+        } else {
+            match missing.last_mut() {
+                Some((o, l)) if *o + *l as u64 == p0 => *l += (p1 - p0) as usize,
+                _ => missing.push((p0, (p1 - p0) as usize)),
+            }
+        }
+    }
+    missing
+}
+
 impl Store for ObjectFile {
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize> {
         let data = self
@@ -598,6 +642,38 @@ impl Store for ObjectFile {
 
     fn completes_reads(&self) -> bool {
         true
+    }
+
+    fn keeps_evicted(&self) -> bool {
+        self.inner.tier.is_some()
+    }
+
+    /// Offers the folio to the disk tier if its bytes are exactly the version's: not staged,
+    /// inside the version's size (the last folio may run past it, in zeros).
+    fn evicted_clean(&self, offset: u64, data: &[u8]) {
+        let Some(tier) = &self.inner.tier else {
+            return;
+        };
+        let id = {
+            let s = self.inner.state.lock();
+            let Some(Version {
+                e_tag: Some(tag),
+                size,
+                ..
+            }) = &s.remote
+            else {
+                return;
+            };
+            let end = offset + data.len() as u64;
+            let whole_version = s.remote_valid == *size && s.len == *size;
+            let staged =
+                !matches!(s.staged.at(offset), Result2::Before(n) if n.is_none_or(|n| n >= end));
+            if offset >= s.remote_valid || (end > s.remote_valid && !whole_version) || staged {
+                return;
+            }
+            self.inner.tier_id(tag)
+        };
+        tier.offer(id, offset, data);
     }
 
     /// Adjacent requests are fetched together, as ranges of at most `range_size` bytes, each

@@ -12,6 +12,7 @@
 //! - [`ObjectCache`]: the page cache in front of it, with close-to-open consistency
 //!   ([`cache`] says exactly what it promises); [`ObjectHandle`]: an open object.
 //! - [`file`]: one object as a [`quire::Store`], and where each byte of it comes from.
+//! - [`DiskTier`]: the second tier, clean folios evicted from memory kept on local disk.
 //! - [`ObjectStats`]: requests by kind, bytes, HTTP attempts (so retries), errors, in flight.
 //!
 //! Errors at a file-system boundary are errnos: a missing object `ENOENT`, an object changed
@@ -24,11 +25,13 @@ pub mod backing;
 pub mod cache;
 pub mod counters;
 pub mod file;
+pub mod tier;
 
 pub use backing::{errno_of, Backing, BackingConfig};
 pub use cache::{ObjectCache, ObjectHandle};
 pub use counters::{ObjectStats, Request};
 pub use file::Version;
+pub use tier::{DiskTier, TierStats};
 
 /// What can go wrong outside a read or write (those report [`quire::FilemapError`]).
 #[derive(Debug, thiserror::Error)]
@@ -70,6 +73,14 @@ pub enum ObjectError {
     /// The page cache refused (no memory, a failed write-back).
     #[error(transparent)]
     Cache(#[from] quire::FilemapError),
+    /// The disk tier's directory could not be used.
+    #[error("disk tier {dir}: {source}")]
+    Tier {
+        /// The directory.
+        dir: String,
+        /// The error.
+        source: std::io::Error,
+    },
     /// The runtime could not be started.
     #[error("could not start the object store's runtime: {0}")]
     Runtime(std::io::Error),

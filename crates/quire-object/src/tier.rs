@@ -1,0 +1,536 @@
+//! The second tier: clean folios evicted from memory kept on local disk, bounded, keyed by
+//! object and version, checked on every read, found again after a restart.
+//!
+//! Reclaim offers each clean folio it evicts to its store ([`quire::Store::evicted_clean`], the
+//! kernel's cleancache); an [`crate::file::ObjectFile`] with a tier queues the bytes of those
+//! that are exactly a version's (not staged, inside the version's size) to the tier's writer
+//! thread, and a miss looks in the tier before it asks the network.
+//!
+//! # On disk
+//!
+//! The tier's directory holds one subdirectory per object version, named by a 64-bit hash of
+//! (backing URL, key, ETag), holding one file per **chunk** of 1 MiB of the object:
+//!
+//! | bytes | what |
+//! |---|---|
+//! | 0..8 | magic `QTIER001` |
+//! | 8..40 | which of the chunk's 256 pages are present (a bitmap) |
+//! | 40..1064 | each page's CRC-32C |
+//! | 4096.. | the pages, at their offset in the chunk (a sparse file) |
+//!
+//! A page is used only if its bit is set and its checksum matches what is read: a torn or
+//! corrupted block is a miss (counted, and the page forgotten), never wrong data. Writing a page
+//! writes its data, then its header entry; a crash between them leaves a checksum that does not
+//! match (a miss). The size bound counts chunk files' allocated pages plus headers; past it the
+//! least recently used chunks are deleted. At start the directory is scanned and every chunk
+//! with a valid header is known again: a warm restart reads from disk, not the network.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::{File, OpenOptions};
+use std::hash::{Hash, Hasher};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use crate::ObjectError;
+
+const PAGE: usize = 4096;
+const CHUNK: u64 = 1 << 20;
+const PAGES: usize = (CHUNK as usize) / PAGE;
+const MAGIC: &[u8; 8] = b"QTIER001";
+const BITMAP: usize = 8;
+const CRCS: usize = BITMAP + PAGES / 8;
+const HEADER: u64 = PAGE as u64;
+
+/// The identity of an object version in the tier.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct ObjectId(u64);
+
+impl ObjectId {
+    pub(crate) fn of(url: &str, key: &str, e_tag: &str) -> ObjectId {
+        // A fixed hash (not RandomState): names must be the same after a restart.
+        let mut h = Fnv(0xcbf2_9ce4_8422_2325);
+        url.hash(&mut h);
+        key.hash(&mut h);
+        e_tag.hash(&mut h);
+        ObjectId(h.finish())
+    }
+}
+
+/// FNV-1a, 64 bits.
+struct Fnv(u64);
+
+impl Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 ^= u64::from(b);
+            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+}
+
+/// A chunk's header, in memory.
+struct Chunk {
+    file: Arc<File>,
+    present: [u8; PAGES / 8],
+    crcs: [u32; PAGES],
+    /// Pages present.
+    pages: usize,
+    /// Last use, for LRU.
+    tick: u64,
+}
+
+impl Chunk {
+    fn has(&self, page: usize) -> bool {
+        self.present[page / 8] & (1 << (page % 8)) != 0
+    }
+
+    fn set(&mut self, page: usize, on: bool) {
+        let was = self.has(page);
+        if on {
+            self.present[page / 8] |= 1 << (page % 8);
+        } else {
+            self.present[page / 8] &= !(1 << (page % 8));
+        }
+        match (was, on) {
+            (false, true) => self.pages += 1,
+            (true, false) => self.pages -= 1,
+            _ => {}
+        }
+    }
+
+    /// Bytes it takes on disk, by the tier's count.
+    fn bytes(&self) -> u64 {
+        HEADER + (self.pages * PAGE) as u64
+    }
+
+    fn write_header(&self) -> std::io::Result<()> {
+        let mut h = vec![0u8; CRCS + PAGES * 4];
+        h[..8].copy_from_slice(MAGIC);
+        h[BITMAP..CRCS].copy_from_slice(&self.present);
+        for (i, c) in self.crcs.iter().enumerate() {
+            h[CRCS + i * 4..CRCS + i * 4 + 4].copy_from_slice(&c.to_le_bytes());
+        }
+        self.file.write_all_at(&h, 0)
+    }
+
+    fn load(file: File) -> Option<Chunk> {
+        let mut h = vec![0u8; CRCS + PAGES * 4];
+        file.read_exact_at(&mut h, 0).ok()?;
+        if &h[..8] != MAGIC {
+            return None;
+        }
+        let mut present = [0u8; PAGES / 8];
+        present.copy_from_slice(&h[BITMAP..CRCS]);
+        let crcs = std::array::from_fn(|i| {
+            u32::from_le_bytes(
+                h[CRCS + i * 4..CRCS + i * 4 + 4]
+                    .try_into()
+                    .expect("4 bytes"),
+            )
+        });
+        let pages = present.iter().map(|b| b.count_ones() as usize).sum();
+        Some(Chunk {
+            file: Arc::new(file),
+            present,
+            crcs,
+            pages,
+            tick: 0,
+        })
+    }
+}
+
+/// (object, chunk number).
+type ChunkKey = (ObjectId, u64);
+
+struct State {
+    chunks: HashMap<ChunkKey, Chunk>,
+    /// tick → chunk, the LRU order.
+    lru: BTreeMap<u64, ChunkKey>,
+    tick: u64,
+    bytes: u64,
+}
+
+/// The tier's counters.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TierStats {
+    /// Pages read from the tier.
+    pub hits: u64,
+    /// Pages looked for and not there.
+    pub misses: u64,
+    /// Pages whose checksum did not match: refetched, and forgotten.
+    pub corrupt: u64,
+    /// Pages written to the tier.
+    pub puts: u64,
+    /// Pages offered while the writer was behind, not kept.
+    pub dropped: u64,
+    /// Chunks deleted to stay under the size bound.
+    pub evicted_chunks: u64,
+    /// Bytes the tier holds now, and its bound.
+    pub bytes: u64,
+    /// The size bound.
+    pub limit: u64,
+}
+
+#[derive(Default)]
+struct Counts {
+    hits: AtomicU64,
+    misses: AtomicU64,
+    corrupt: AtomicU64,
+    puts: AtomicU64,
+    dropped: AtomicU64,
+    evicted: AtomicU64,
+}
+
+struct Put {
+    object: ObjectId,
+    offset: u64,
+    data: Vec<u8>,
+}
+
+pub(crate) struct TierInner {
+    dir: PathBuf,
+    limit: u64,
+    state: Mutex<State>,
+    counts: Counts,
+    queue: Mutex<Option<SyncSender<Msg>>>,
+}
+
+/// A bounded cache of clean pages on local disk under the memory cache; see the
+/// [module docs](self).
+#[derive(Clone)]
+pub struct DiskTier {
+    pub(crate) inner: Arc<TierInner>,
+}
+
+impl std::fmt::Debug for DiskTier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DiskTier")
+            .field("dir", &self.inner.dir)
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+impl DiskTier {
+    /// Opens (or makes) the tier in `dir`, holding at most `limit` bytes, and finds again what
+    /// an earlier run left there (beyond the bound: the excess is deleted).
+    pub fn open(dir: impl AsRef<Path>, limit: u64) -> Result<DiskTier, ObjectError> {
+        let dir = dir.as_ref().to_path_buf();
+        let shown = dir.display().to_string();
+        let io = |e: std::io::Error| ObjectError::Tier {
+            dir: shown.clone(),
+            source: e,
+        };
+        std::fs::create_dir_all(&dir).map_err(io)?;
+        let mut state = State {
+            chunks: HashMap::new(),
+            lru: BTreeMap::new(),
+            tick: 0,
+            bytes: 0,
+        };
+        for obj in std::fs::read_dir(&dir).map_err(io)? {
+            let obj = obj.map_err(io)?;
+            let Some(id) = obj
+                .file_name()
+                .to_str()
+                .and_then(|n| u64::from_str_radix(n, 16).ok())
+            else {
+                continue;
+            };
+            let Ok(files) = std::fs::read_dir(obj.path()) else {
+                continue;
+            };
+            for f in files.flatten() {
+                let Some(n) = f.file_name().to_str().and_then(|n| n.parse::<u64>().ok()) else {
+                    continue;
+                };
+                let opened = OpenOptions::new().read(true).write(true).open(f.path());
+                match opened.ok().and_then(Chunk::load) {
+                    Some(mut c) => {
+                        state.tick += 1;
+                        c.tick = state.tick;
+                        state.bytes += c.bytes();
+                        state.lru.insert(c.tick, (ObjectId(id), n));
+                        state.chunks.insert((ObjectId(id), n), c);
+                    }
+                    None => {
+                        // Not a chunk this tier wrote whole: start it over.
+                        let _ = std::fs::remove_file(f.path());
+                    }
+                }
+            }
+        }
+        let inner = Arc::new(TierInner {
+            dir,
+            limit,
+            state: Mutex::new(state),
+            counts: Counts::default(),
+            queue: Mutex::new(None),
+        });
+        inner.shrink_to(limit);
+        let (tx, rx) = sync_channel::<Msg>(256);
+        let weak = Arc::downgrade(&inner);
+        std::thread::Builder::new()
+            .name("quire-tier".into())
+            .spawn(move || writer(weak, rx))
+            .map_err(io)?;
+        *inner.queue.lock() = Some(tx);
+        Ok(DiskTier { inner })
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> TierStats {
+        let c = &self.inner.counts;
+        TierStats {
+            hits: c.hits.load(Ordering::Relaxed),
+            misses: c.misses.load(Ordering::Relaxed),
+            corrupt: c.corrupt.load(Ordering::Relaxed),
+            puts: c.puts.load(Ordering::Relaxed),
+            dropped: c.dropped.load(Ordering::Relaxed),
+            evicted_chunks: c.evicted.load(Ordering::Relaxed),
+            bytes: self.inner.state.lock().bytes,
+            limit: self.inner.limit,
+        }
+    }
+
+    /// Waits until every page offered so far is written (for tests and orderly shutdown).
+    pub fn drain(&self) {
+        let q = self.inner.queue.lock().clone();
+        if let Some(q) = q {
+            let (tx, rx) = std::sync::mpsc::channel::<()>();
+            if q.send(Msg::Drain(tx)).is_ok() {
+                let _ = rx.recv();
+            }
+        }
+    }
+
+    /// The directory of an object version (for tests that damage it).
+    pub fn chunk_path(&self, url: &str, key: &str, e_tag: &str, offset: u64) -> PathBuf {
+        self.inner
+            .chunk_path((ObjectId::of(url, key, e_tag), offset / CHUNK))
+    }
+}
+
+/// What the writer thread is sent.
+enum Msg {
+    Put(Put),
+    /// Answer when everything before is written.
+    Drain(std::sync::mpsc::Sender<()>),
+}
+
+fn writer(tier: std::sync::Weak<TierInner>, rx: Receiver<Msg>) {
+    while let Ok(m) = rx.recv() {
+        let Some(t) = tier.upgrade() else { return };
+        match m {
+            Msg::Put(p) => t.write(p.object, p.offset, &p.data),
+            Msg::Drain(done) => {
+                let _ = done.send(());
+            }
+        }
+    }
+}
+
+impl TierInner {
+    fn chunk_path(&self, (id, n): ChunkKey) -> PathBuf {
+        self.dir.join(format!("{:016x}", id.0)).join(n.to_string())
+    }
+
+    /// Queues `data` (whole pages, `offset` page aligned) of `object` for the writer; drops
+    /// it if the writer is behind.
+    pub(crate) fn offer(&self, object: ObjectId, offset: u64, data: &[u8]) {
+        if offset % PAGE as u64 != 0 || data.is_empty() {
+            return;
+        }
+        let Some(q) = self.queue.lock().clone() else {
+            return;
+        };
+        let p = Put {
+            object,
+            offset,
+            data: data.to_vec(),
+        };
+        if let Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) = q.try_send(Msg::Put(p))
+        {
+            self.counts
+                .dropped
+                .fetch_add(data.len().div_ceil(PAGE) as u64, Ordering::Relaxed);
+        }
+    }
+
+    fn write(&self, object: ObjectId, offset: u64, data: &[u8]) {
+        let mut at = 0usize;
+        while at < data.len() {
+            let off = offset + at as u64;
+            let n = (CHUNK - off % CHUNK).min((data.len() - at) as u64) as usize;
+            if self.write_chunk(object, off, &data[at..at + n]).is_err() {
+                return;
+            }
+            at += n;
+        }
+        self.shrink_to(self.limit);
+    }
+
+    fn write_chunk(&self, object: ObjectId, off: u64, data: &[u8]) -> std::io::Result<()> {
+        let key = (object, off / CHUNK);
+        let file = {
+            let mut s = self.state.lock();
+            if !s.chunks.contains_key(&key) {
+                let path = self.chunk_path(key);
+                if let Some(d) = path.parent() {
+                    std::fs::create_dir_all(d)?;
+                }
+                let f = OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create(true)
+                    .truncate(true)
+                    .open(&path)?;
+                let c = Chunk {
+                    file: Arc::new(f),
+                    present: [0; PAGES / 8],
+                    crcs: [0; PAGES],
+                    pages: 0,
+                    tick: 0,
+                };
+                c.write_header()?;
+                s.bytes += c.bytes();
+                s.chunks.insert(key, c);
+            }
+            s.tick += 1;
+            let tick = s.tick;
+            let c = s.chunks.get_mut(&key).expect("just made");
+            let old = std::mem::replace(&mut c.tick, tick);
+            let file = c.file.clone();
+            s.lru.remove(&old);
+            s.lru.insert(tick, key);
+            file
+        };
+        let in_chunk = off % CHUNK;
+        file.write_all_at(data, HEADER + in_chunk)?;
+        let mut s = self.state.lock();
+        let Some(c) = s.chunks.get_mut(&key) else {
+            return Ok(()); // evicted meanwhile
+        };
+        let before = c.bytes();
+        let first = (in_chunk as usize) / PAGE;
+        for (i, page) in data.chunks(PAGE).enumerate() {
+            let mut full = [0u8; PAGE];
+            full[..page.len()].copy_from_slice(page);
+            c.crcs[first + i] = crc32c(&full);
+            c.set(first + i, true);
+        }
+        c.write_header()?;
+        let after = c.bytes();
+        s.bytes = s.bytes + after - before;
+        self.counts
+            .puts
+            .fetch_add(data.len().div_ceil(PAGE) as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Deletes least recently used chunks until the tier holds at most `limit` bytes.
+    fn shrink_to(&self, limit: u64) {
+        let mut s = self.state.lock();
+        while s.bytes > limit {
+            let Some((&tick, &key)) = s.lru.iter().next() else {
+                break;
+            };
+            s.lru.remove(&tick);
+            if let Some(c) = s.chunks.remove(&key) {
+                s.bytes -= c.bytes();
+                let _ = std::fs::remove_file(self.chunk_path(key));
+                self.counts.evicted.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Fills the pages of `dst` (whole pages, from page-aligned `offset`) found in the tier;
+    /// returns which were found.
+    pub(crate) fn read(&self, object: ObjectId, offset: u64, dst: &mut [u8]) -> Vec<bool> {
+        let n = dst.len().div_ceil(PAGE);
+        let mut found = vec![false; n];
+        for (i, f) in found.iter_mut().enumerate() {
+            let off = offset + (i * PAGE) as u64;
+            let key = (object, off / CHUNK);
+            let page = ((off % CHUNK) as usize) / PAGE;
+            let (file, crc) = {
+                let mut s = self.state.lock();
+                s.tick += 1;
+                let tick = s.tick;
+                let Some(c) = s.chunks.get_mut(&key) else {
+                    continue;
+                };
+                if !c.has(page) {
+                    continue;
+                }
+                let old = std::mem::replace(&mut c.tick, tick);
+                let r = (c.file.clone(), c.crcs[page]);
+                s.lru.remove(&old);
+                s.lru.insert(tick, key);
+                r
+            };
+            let mut buf = [0u8; PAGE];
+            let ok =
+                file.read_exact_at(&mut buf, HEADER + (off % CHUNK)).is_ok() && crc32c(&buf) == crc;
+            if ok {
+                let end = ((i + 1) * PAGE).min(dst.len());
+                dst[i * PAGE..end].copy_from_slice(&buf[..end - i * PAGE]);
+                *f = true;
+            } else {
+                self.counts.corrupt.fetch_add(1, Ordering::Relaxed);
+                let mut s = self.state.lock();
+                if let Some(c) = s.chunks.get_mut(&key) {
+                    c.set(page, false);
+                    let _ = c.write_header();
+                    s.bytes -= PAGE as u64;
+                }
+            }
+        }
+        let hits = found.iter().filter(|&&f| f).count() as u64;
+        self.counts.hits.fetch_add(hits, Ordering::Relaxed);
+        self.counts
+            .misses
+            .fetch_add(n as u64 - hits, Ordering::Relaxed);
+        found
+    }
+}
+
+/// CRC-32C (Castagnoli), bitwise by table.
+fn crc32c(data: &[u8]) -> u32 {
+    static TABLE: std::sync::OnceLock<[u32; 256]> = std::sync::OnceLock::new();
+    let t = TABLE.get_or_init(|| {
+        std::array::from_fn(|i| {
+            let mut c = i as u32;
+            for _ in 0..8 {
+                c = if c & 1 != 0 {
+                    0x82f6_3b78 ^ (c >> 1)
+                } else {
+                    c >> 1
+                };
+            }
+            c
+        })
+    });
+    !data.iter().fold(!0u32, |c, &b| {
+        t[((c ^ u32::from(b)) & 0xff) as usize] ^ (c >> 8)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::crc32c;
+
+    #[test]
+    fn crc32c_check_value() {
+        // The standard check value of CRC-32C.
+        assert_eq!(crc32c(b"123456789"), 0xe306_9283);
+    }
+}
