@@ -439,12 +439,25 @@ impl FileInner {
             mode: self.put_mode(&remote),
             ..Default::default()
         };
-        let r = self
+        let payload = PutPayload::from(data);
+        let conditional = matches!(opts.mode, PutMode::Update(_));
+        let r = match self
             .backing
             .store
-            .put_opts(&self.key, PutPayload::from(data), opts)
+            .put_opts(&self.key, payload.clone(), opts)
             .await
-            .map_err(|e| store_error(Op::Write, 0, &e))?;
+        {
+            // A store without conditional updates (a local directory): the upload overwrites,
+            // as documented for servers that refuse them.
+            Err(object_store::Error::NotImplemented { .. }) if conditional => {
+                self.backing
+                    .store
+                    .put_opts(&self.key, payload, PutOptions::default())
+                    .await
+            }
+            r => r,
+        }
+        .map_err(|e| store_error(Op::Write, 0, &e))?;
         counters.written(n);
         req.ok();
         Ok(r)

@@ -230,3 +230,28 @@ fn missing_objects_and_bad_names_are_clear_errors() {
     let e = c.open("").unwrap_err();
     assert_eq!(e.errno(), libc::EINVAL, "{e}");
 }
+
+#[test]
+fn a_local_directory_backing_round_trips_and_rewrites() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("file://{}", dir.path().display());
+    let backing = quire_object::Backing::connect(&url, BackingConfig::default()).unwrap();
+    backing.check().unwrap();
+    let c = quire_object::ObjectCache::new(
+        quire::PageCache::new(quire::CacheConfig::new(4 * MIB)).unwrap(),
+        backing,
+        None,
+    );
+    let h = c.create("sub/x", false).unwrap();
+    h.write_all_at(0, b"first").unwrap();
+    h.close().unwrap();
+    assert_eq!(std::fs::read(dir.path().join("sub/x")).unwrap(), b"first");
+    // The local store has no conditional update: the rewrite overwrites.
+    let h = c.open("sub/x").unwrap();
+    h.write_all_at(0, b"FIRST, again").unwrap();
+    h.close().unwrap();
+    assert_eq!(
+        std::fs::read(dir.path().join("sub/x")).unwrap(),
+        b"FIRST, again"
+    );
+}
