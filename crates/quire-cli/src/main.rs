@@ -90,8 +90,20 @@ enum Command {
     /// Mount the directory SRC at MNT through quire (a FUSE file system): served until
     /// unmounted (`umount MNT`) or signalled (SIGINT/SIGTERM: everything is written back, then
     /// unmounted).
+    ///
+    /// SRC may also be an object store URL: `s3://BUCKET[/PREFIX]`, `gs://BUCKET[/PREFIX]`,
+    /// `az://CONTAINER[/PREFIX]`, `file:///DIR`, or `memory:///` (empty, in memory, for tests).
+    /// Objects are files, `/`-separated prefixes directories; writes are uploaded at close
+    /// and fsync; a file rename is a copy then a delete (not atomic), a directory rename EXDEV;
+    /// empty directories live only in the mount. The bucket is checked (one LIST) before
+    /// mounting: bad credentials or a missing bucket fail here. Credentials and endpoint come
+    /// from the environment: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN,
+    /// AWS_REGION, AWS_ENDPOINT_URL (an S3-compatible server), AWS_ALLOW_HTTP=true (plain
+    /// HTTP); GOOGLE_SERVICE_ACCOUNT / GOOGLE_APPLICATION_CREDENTIALS for gs://;
+    /// AZURE_STORAGE_ACCOUNT_NAME, AZURE_STORAGE_ACCOUNT_KEY for az://.
     Mount {
-        /// The directory to serve.
+        /// The directory to serve, or an object store URL (s3://, gs://, az://, file:///,
+        /// memory:///).
         src: PathBuf,
         /// Where to mount it (an existing directory).
         mnt: PathBuf,
@@ -114,6 +126,14 @@ enum Command {
         /// Which file system to serve (the others are the `fuse` benchmark's comparisons).
         #[arg(long, value_enum, default_value = "quire", hide = true)]
         kind: mount::Kind,
+        /// Object store mounts: where written data waits for its upload (default: the
+        /// system's temporary directory).
+        #[arg(long, value_name = "DIR")]
+        staging: Option<PathBuf>,
+        /// Object store mounts: how long a request is retried before it fails, in seconds
+        /// (default 60; also the environment's QUIRE_OBJECT_RETRY_TIMEOUT).
+        #[arg(long, value_name = "SECS")]
+        retry_timeout: Option<f64>,
     },
     /// Print the live counters of the quire mount at MNT.
     Stat {
@@ -177,6 +197,8 @@ fn main() -> anyhow::Result<()> {
             allow_other,
             dev,
             kind,
+            staging,
+            retry_timeout,
         } => mount::mount(mount::MountArgs {
             src,
             mnt,
@@ -186,6 +208,8 @@ fn main() -> anyhow::Result<()> {
             allow_other,
             dev,
             kind,
+            staging,
+            retry_timeout,
         }),
         Command::Stat { mnt } => mount::stat(&mnt),
     }

@@ -9,6 +9,8 @@ use quire_fuse::mount::{serve, MountOptions};
 use quire_fuse::passthrough::Passthrough;
 use quire_fuse::stats::STATS_XATTR;
 use quire_fuse::{probe_max_file_size, FsConfig, QuireFs};
+use quire_object::{Backing, BackingConfig, ObjectCache, ObjectFs, ObjectFsConfig};
+use std::time::Duration;
 
 /// Which file system to serve (`passthrough*` and `empty` are the benchmark's comparisons).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -33,6 +35,17 @@ pub struct MountArgs {
     pub allow_other: bool,
     pub dev: bool,
     pub kind: Kind,
+    /// Object store mounts: the staging directory.
+    pub staging: Option<PathBuf>,
+    /// Object store mounts: the retry timeout in seconds.
+    pub retry_timeout: Option<f64>,
+}
+
+impl MountArgs {
+    /// The source as an object store URL, if it is one (`SCHEME://...`).
+    fn url(&self) -> Option<&str> {
+        self.src.to_str().filter(|s| s.contains("://"))
+    }
 }
 
 /// Parses a size: a number of bytes with an optional K, M, G or T suffix (powers of 1024,
@@ -59,6 +72,9 @@ pub fn parse_size(s: &str) -> Result<usize, String> {
 
 fn check_dirs(a: &MountArgs) -> anyhow::Result<()> {
     for (what, p) in [("source", &a.src), ("mount point", &a.mnt)] {
+        if what == "source" && a.url().is_some() {
+            continue;
+        }
         let md = std::fs::metadata(p).with_context(|| format!("{what} {}", p.display()))?;
         if !md.is_dir() {
             bail!("{what} {} is not a directory", p.display());
@@ -156,6 +172,9 @@ fn run(a: &MountArgs, ready: impl FnOnce()) -> anyhow::Result<()> {
     }
     opts.allow_other = a.allow_other;
     opts.dev = a.dev;
+    if let Some(url) = a.url() {
+        return run_object(a, url, opts, ready);
+    }
     let src = std::fs::canonicalize(&a.src)?;
     match a.kind {
         Kind::Quire => {
@@ -189,6 +208,72 @@ fn run(a: &MountArgs, ready: impl FnOnce()) -> anyhow::Result<()> {
                 .with_context(|| format!("mounting at {}", a.mnt.display()))
         }
     }
+}
+
+/// The retry timeout of an object store mount: `--retry-timeout`, else
+/// `QUIRE_OBJECT_RETRY_TIMEOUT`, else the backing's default.
+fn retry_timeout(a: &MountArgs) -> anyhow::Result<Option<Duration>> {
+    let secs = match a.retry_timeout {
+        Some(s) => Some(s),
+        None => match std::env::var("QUIRE_OBJECT_RETRY_TIMEOUT") {
+            Ok(v) => Some(v.trim().parse::<f64>().map_err(|_| {
+                anyhow::anyhow!("QUIRE_OBJECT_RETRY_TIMEOUT={v:?} is not a number of seconds")
+            })?),
+            Err(_) => None,
+        },
+    };
+    match secs {
+        Some(s) if !(s.is_finite() && s >= 0.0) => {
+            bail!("the retry timeout must be a number of seconds, not {s}")
+        }
+        Some(s) => Ok(Some(Duration::from_secs_f64(s))),
+        None => Ok(None),
+    }
+}
+
+/// Serves the object store at `url`: checks the bucket first (an error here mounts nothing).
+fn run_object(
+    a: &MountArgs,
+    url: &str,
+    mut opts: MountOptions,
+    ready: impl FnOnce(),
+) -> anyhow::Result<()> {
+    let mut cfg = BackingConfig::default();
+    if let Some(t) = retry_timeout(a)? {
+        cfg.retry_timeout = t;
+        if t.is_zero() {
+            cfg.max_retries = 0;
+        }
+    }
+    // One level of message: object_store's errors already carry their causes.
+    let backing = Backing::connect(url, cfg).map_err(|e| anyhow::anyhow!("{e}"))?;
+    backing
+        .check()
+        .map_err(|e| anyhow::anyhow!("{e} (nothing mounted)"))?;
+    if let Some(dir) = &a.staging {
+        let md = std::fs::metadata(dir).with_context(|| format!("staging {}", dir.display()))?;
+        if !md.is_dir() {
+            bail!("staging {} is not a directory", dir.display());
+        }
+    }
+    let cache = quire::PageCache::new(quire::CacheConfig::new(a.capacity))
+        .context("setting up the page cache")?;
+    let cache = ObjectCache::new(cache, backing, a.staging.clone());
+    let fs = ObjectFs::new(cache, ObjectFsConfig::default());
+    let sync = fs.syncer();
+    opts.subtype = "quire-object".into();
+    serve(
+        quire_fuse::Fuse::new(fs),
+        &a.mnt,
+        &opts,
+        move || {
+            if let Err(e) = sync.sync_all() {
+                eprintln!("quire: uploading before unmounting: {e}");
+            }
+        },
+        ready,
+    )
+    .with_context(|| format!("mounting at {}", a.mnt.display()))
 }
 
 /// Reads the live counters of the quire mount at `mnt`.

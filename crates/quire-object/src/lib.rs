@@ -13,6 +13,8 @@
 //!   ([`cache`] says exactly what it promises); [`ObjectHandle`]: an open object.
 //! - [`file`]: one object as a [`quire::Store`], and where each byte of it comes from.
 //! - [`DiskTier`]: the second tier, clean folios evicted from memory kept on local disk.
+//! - [`fs`]: [`ObjectFs`], the bucket as a FUSE file system (`quire mount s3://…`), and
+//!   exactly what it does and does not do.
 //! - [`ObjectStats`]: requests by kind, bytes, HTTP attempts (so retries), errors, in flight.
 //!
 //! Errors at a file-system boundary are errnos: a missing object `ENOENT`, an object changed
@@ -25,12 +27,14 @@ pub mod backing;
 pub mod cache;
 pub mod counters;
 pub mod file;
+pub mod fs;
 pub mod tier;
 
 pub use backing::{errno_of, Backing, BackingConfig};
 pub use cache::{ObjectCache, ObjectHandle};
 pub use counters::{ObjectStats, Request};
 pub use file::Version;
+pub use fs::{ObjectFs, ObjectFsConfig};
 pub use tier::{DiskTier, TierStats};
 
 /// What can go wrong outside a read or write (those report [`quire::FilemapError`]).

@@ -1,0 +1,288 @@
+//! `quire mount URL MNT`: an object store mounted through the real `quire` binary — mostly
+//! `memory:///` (an in-memory bucket, fresh for each mount), once `file:///DIR` to see the
+//! objects land — driven by std::fs and real programs (cp, diff, dd). And an unreachable S3
+//! endpoint fails at mount time, mounting nothing.
+//!
+//! Where FUSE is missing, a test prints `skipped: why` and passes.
+
+mod common;
+
+use std::fs;
+use std::io::{ErrorKind, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{is_mounted, random_bytes, sh, skip, Mount, Scratch, QUIRE};
+
+/// A mount of `url` at `<scratch>/mnt` (the mount is dropped, so unmounted, first).
+struct ObjMount {
+    mount: Option<Mount>,
+    dir: Scratch,
+}
+
+impl ObjMount {
+    fn new(tag: &str, url: &str) -> Option<ObjMount> {
+        let dir = Scratch::new(&format!("obj-{tag}"));
+        fs::create_dir(dir.path("mnt")).unwrap();
+        fs::create_dir(dir.path("staging")).unwrap();
+        let staging = dir.path("staging");
+        let extra = ["--staging", staging.to_str().unwrap()];
+        match Mount::start_with(Path::new(url), &dir.path("mnt"), "64M", &extra) {
+            Ok(m) => Some(ObjMount {
+                mount: Some(m),
+                dir,
+            }),
+            Err(why) => {
+                skip(&why);
+                None
+            }
+        }
+    }
+
+    fn mnt(&self, rel: &str) -> PathBuf {
+        self.dir.path("mnt").join(rel)
+    }
+
+    fn unmount(&mut self) {
+        let st = self.mount.take().expect("mounted").unmount();
+        assert!(st.success(), "the daemon exited with {st}");
+        assert!(!is_mounted(&self.dir.path("mnt")));
+    }
+}
+
+fn names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn a_file_written_and_closed_reads_back_and_lists() {
+    let Some(m) = ObjMount::new("rw", "memory:///") else {
+        return;
+    };
+    let f = m.mnt("hello.txt");
+    fs::write(&f, b"hello, bucket\n").unwrap();
+    assert_eq!(fs::read(&f).unwrap(), b"hello, bucket\n");
+    assert_eq!(fs::metadata(&f).unwrap().len(), 14);
+    // Appending through a second open.
+    let mut a = fs::OpenOptions::new().append(true).open(&f).unwrap();
+    a.write_all(b"more\n").unwrap();
+    drop(a);
+    assert_eq!(fs::read(&f).unwrap(), b"hello, bucket\nmore\n");
+    fs::create_dir(m.mnt("sub")).unwrap();
+    fs::write(m.mnt("sub/x"), b"x").unwrap();
+    assert_eq!(names(&m.mnt("")), ["hello.txt", "sub"]);
+    assert_eq!(names(&m.mnt("sub")), ["x"]);
+    assert!(fs::metadata(m.mnt("sub")).unwrap().is_dir());
+    // O_EXCL on an existing name.
+    let e = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&f)
+        .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::AlreadyExists);
+    // unlink, then it is gone.
+    fs::remove_file(&f).unwrap();
+    assert_eq!(
+        fs::metadata(&f).unwrap_err().kind(),
+        ErrorKind::NotFound,
+        "unlinked"
+    );
+    assert_eq!(names(&m.mnt("")), ["sub"]);
+}
+
+#[test]
+fn cp_r_of_a_tree_diffs_clean() {
+    let Some(m) = ObjMount::new("cp", "memory:///") else {
+        return;
+    };
+    let src = Scratch::new("obj-cp-src");
+    let tree = src.path("tree");
+    for d in ["a", "a/b", "c"] {
+        fs::create_dir_all(tree.join(d)).unwrap();
+    }
+    for i in 0..20u64 {
+        let dir = ["", "a", "a/b", "c"][i as usize % 4];
+        let len = (i as usize * 3571) % 20000;
+        fs::write(tree.join(dir).join(format!("f{i}")), random_bytes(len, i)).unwrap();
+    }
+    fs::write(tree.join("a/big"), random_bytes(3 << 20, 99)).unwrap();
+    sh(&format!(
+        "cp -r {} {}",
+        tree.display(),
+        m.mnt("tree").display()
+    ));
+    sh(&format!(
+        "diff -r {} {}",
+        tree.display(),
+        m.mnt("tree").display()
+    ));
+    assert_eq!(names(&m.mnt("tree")), names(&tree));
+    assert_eq!(names(&m.mnt("tree/a")), names(&tree.join("a")));
+    assert_eq!(fs::metadata(m.mnt("tree/a/big")).unwrap().len(), 3 << 20);
+}
+
+#[test]
+fn dd_of_8_mib_reads_back_byte_for_byte() {
+    let Some(m) = ObjMount::new("dd", "memory:///") else {
+        return;
+    };
+    let s = Scratch::new("obj-dd-src");
+    let data = random_bytes(8 << 20, 7);
+    fs::write(s.path("r"), &data).unwrap();
+    sh(&format!(
+        "dd if={} of={} bs=1M conv=fsync status=none",
+        s.path("r").display(),
+        m.mnt("f").display()
+    ));
+    assert_eq!(fs::metadata(m.mnt("f")).unwrap().len(), 8 << 20);
+    let mut back = Vec::new();
+    fs::File::open(m.mnt("f"))
+        .unwrap()
+        .read_to_end(&mut back)
+        .unwrap();
+    assert!(back == data, "the 8 MiB read back differ");
+    sh(&format!(
+        "cmp {} {}",
+        s.path("r").display(),
+        m.mnt("f").display()
+    ));
+}
+
+#[test]
+fn truncate_unlink_and_rmdir_of_a_non_empty_directory() {
+    let Some(m) = ObjMount::new("trunc", "memory:///") else {
+        return;
+    };
+    let f = m.mnt("t");
+    fs::write(&f, random_bytes(100_000, 3)).unwrap();
+    // ftruncate through an open handle, down then up.
+    let h = fs::OpenOptions::new().write(true).open(&f).unwrap();
+    h.set_len(1000).unwrap();
+    h.set_len(5000).unwrap();
+    drop(h);
+    let back = fs::read(&f).unwrap();
+    assert_eq!(back.len(), 5000);
+    assert_eq!(&back[..1000], &random_bytes(100_000, 3)[..1000]);
+    assert!(back[1000..].iter().all(|&b| b == 0), "extended with zeros");
+    // truncate(2) by path, no handle open.
+    sh(&format!("truncate -s 10 {}", f.display()));
+    assert_eq!(fs::read(&f).unwrap(), &random_bytes(100_000, 3)[..10]);
+    // O_TRUNC.
+    fs::write(&f, b"short").unwrap();
+    assert_eq!(fs::read(&f).unwrap(), b"short");
+
+    fs::create_dir(m.mnt("d")).unwrap();
+    fs::write(m.mnt("d/in"), b"1").unwrap();
+    let e = fs::remove_dir(m.mnt("d")).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::ENOTEMPTY), "{e}");
+    fs::remove_file(m.mnt("d/in")).unwrap();
+    fs::remove_dir(m.mnt("d")).unwrap();
+    fs::remove_file(&f).unwrap();
+    assert!(names(&m.mnt("")).is_empty(), "{:?}", names(&m.mnt("")));
+    // An empty directory made and removed.
+    fs::create_dir(m.mnt("empty")).unwrap();
+    assert_eq!(
+        fs::create_dir(m.mnt("empty")).unwrap_err().kind(),
+        ErrorKind::AlreadyExists
+    );
+    fs::remove_dir(m.mnt("empty")).unwrap();
+    assert_eq!(
+        fs::remove_dir(m.mnt("empty")).unwrap_err().kind(),
+        ErrorKind::NotFound
+    );
+}
+
+#[test]
+fn rename_of_a_file_works_and_of_a_directory_is_exdev() {
+    let Some(m) = ObjMount::new("mv", "memory:///") else {
+        return;
+    };
+    let data = random_bytes(300_000, 5);
+    fs::write(m.mnt("a"), &data).unwrap();
+    fs::rename(m.mnt("a"), m.mnt("b")).unwrap();
+    assert_eq!(fs::read(m.mnt("b")).unwrap(), data);
+    assert_eq!(
+        fs::metadata(m.mnt("a")).unwrap_err().kind(),
+        ErrorKind::NotFound
+    );
+    // Over an existing file.
+    fs::write(m.mnt("c"), b"old").unwrap();
+    fs::rename(m.mnt("b"), m.mnt("c")).unwrap();
+    assert_eq!(fs::read(m.mnt("c")).unwrap(), data);
+    assert_eq!(names(&m.mnt("")), ["c"]);
+    // A directory.
+    fs::create_dir(m.mnt("d")).unwrap();
+    fs::write(m.mnt("d/f"), b"f").unwrap();
+    let e = fs::rename(m.mnt("d"), m.mnt("e")).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EXDEV), "{e}");
+    // mv falls back to copy and delete.
+    sh(&format!(
+        "mv {} {}",
+        m.mnt("d").display(),
+        m.mnt("e").display()
+    ));
+    assert_eq!(fs::read(m.mnt("e/f")).unwrap(), b"f");
+    assert_eq!(names(&m.mnt("")), ["c", "e"]);
+}
+
+#[test]
+fn a_file_url_mount_leaves_the_objects_in_the_directory() {
+    let store = Scratch::new("obj-file-store");
+    let url = format!("file://{}", store.0.display());
+    let Some(mut m) = ObjMount::new("file", &url) else {
+        return;
+    };
+    fs::create_dir(m.mnt("x")).unwrap();
+    fs::write(m.mnt("x/y"), b"persisted").unwrap();
+    fs::write(m.mnt("top"), random_bytes(70_000, 2)).unwrap();
+    m.unmount();
+    assert_eq!(fs::read(store.path("x/y")).unwrap(), b"persisted");
+    assert_eq!(
+        fs::read(store.path("top")).unwrap(),
+        random_bytes(70_000, 2)
+    );
+}
+
+#[test]
+fn an_unreachable_s3_endpoint_fails_at_mount_time_and_mounts_nothing() {
+    if let Err(e) = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/fuse")
+    {
+        return skip(&format!("/dev/fuse cannot be opened: {e}"));
+    }
+    let dir = Scratch::new("obj-s3-bad");
+    fs::create_dir(dir.path("mnt")).unwrap();
+    let t0 = Instant::now();
+    let out = Command::new(QUIRE)
+        .args(["mount", "--retry-timeout", "1", "s3://no-such-bucket/p"])
+        .arg(dir.path("mnt"))
+        .env("AWS_ENDPOINT_URL", "http://127.0.0.1:1")
+        .env("AWS_ALLOW_HTTP", "true")
+        .env("AWS_ACCESS_KEY_ID", "x")
+        .env("AWS_SECRET_ACCESS_KEY", "y")
+        .env("AWS_REGION", "us-east-1")
+        .env_remove("RUST_BACKTRACE")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "quire mount succeeded: {err}");
+    assert!(
+        err.contains("cannot use s3://no-such-bucket/p") && err.contains("nothing mounted"),
+        "a clear message: {err}"
+    );
+    assert!(
+        t0.elapsed() < Duration::from_secs(20),
+        "failed in {:?}",
+        t0.elapsed()
+    );
+    assert!(!is_mounted(&fs::canonicalize(dir.path("mnt")).unwrap()));
+}
