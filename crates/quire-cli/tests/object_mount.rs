@@ -286,3 +286,151 @@ fn an_unreachable_s3_endpoint_fails_at_mount_time_and_mounts_nothing() {
     );
     assert!(!is_mounted(&fs::canonicalize(dir.path("mnt")).unwrap()));
 }
+
+/// The project's S3 server (`tools/s3-server`, built by its `build.sh`; `$QUIRE_S3_TOOLS` or
+/// `tools/s3-server/target/release`), serving bucket `bucket` from a scratch directory.
+struct S3Server {
+    child: std::process::Child,
+    port: u16,
+    root: Scratch,
+}
+
+impl S3Server {
+    fn start() -> Option<S3Server> {
+        let dir = match std::env::var_os("QUIRE_S3_TOOLS") {
+            Some(d) => PathBuf::from(d),
+            None => {
+                Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tools/s3-server/target/release")
+            }
+        };
+        let bin = dir.join("quire-s3-server");
+        if !bin.is_file() {
+            let why = format!("{} is not built (tools/s3-server/build.sh)", bin.display());
+            assert!(
+                std::env::var("QUIRE_REQUIRE_S3").as_deref() != Ok("1"),
+                "{why}; QUIRE_REQUIRE_S3=1 says the S3 tests must run"
+            );
+            skip(&why);
+            return None;
+        }
+        let root = Scratch::new("obj-s3-server");
+        fs::create_dir(root.path("bucket")).unwrap();
+        let pf = root.path(".port");
+        let mut child = Command::new(bin)
+            .arg("--root")
+            .arg(&root.0)
+            .args(["--addr", "127.0.0.1:0", "--port-file"])
+            .arg(&pf)
+            .args(["--access-key", "quire", "--secret-key", "quire-secret"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("starting quire-s3-server");
+        let t0 = Instant::now();
+        let port = loop {
+            if let Some(p) = fs::read_to_string(&pf)
+                .ok()
+                .and_then(|s| s.trim().parse().ok())
+            {
+                break p;
+            }
+            assert!(child.try_wait().unwrap().is_none(), "the server exited");
+            assert!(t0.elapsed() < Duration::from_secs(20), "no port");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        Some(S3Server { child, port, root })
+    }
+}
+
+impl Drop for S3Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `quire mount --foreground s3://bucket/pre MNT` against `server`.
+fn mount_s3(server: &S3Server, mnt: &Path) -> Mount {
+    let mnt = fs::canonicalize(mnt).unwrap();
+    let url = "s3://bucket/pre";
+    let mut child = Command::new(QUIRE)
+        .args([
+            "mount",
+            "--foreground",
+            "--capacity",
+            "64M",
+            "--retry-timeout",
+            "5",
+        ])
+        .arg(url)
+        .arg(&mnt)
+        .env(
+            "AWS_ENDPOINT_URL",
+            format!("http://127.0.0.1:{}", server.port),
+        )
+        .env("AWS_ALLOW_HTTP", "true")
+        .env("AWS_ACCESS_KEY_ID", "quire")
+        .env("AWS_SECRET_ACCESS_KEY", "quire-secret")
+        .env("AWS_REGION", "us-east-1")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while !is_mounted(&mnt) {
+        if let Ok(Some(st)) = child.try_wait() {
+            let mut e = String::new();
+            let _ = child.stderr.take().unwrap().read_to_string(&mut e);
+            panic!("quire mount exited ({st}): {e}");
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "not mounted in 20 s"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    Mount {
+        src: PathBuf::from(url),
+        mnt,
+        child: Some(child),
+        capacity: "64M".into(),
+    }
+}
+
+#[test]
+fn an_s3_mount_round_trips_through_the_s3_server_and_a_remount() {
+    if let Err(e) = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/fuse")
+    {
+        return skip(&format!("/dev/fuse cannot be opened: {e}"));
+    }
+    let Some(server) = S3Server::start() else {
+        return;
+    };
+    let dir = Scratch::new("obj-s3-mnt");
+    fs::create_dir(dir.path("mnt")).unwrap();
+    let m = mount_s3(&server, &dir.path("mnt"));
+    let big = random_bytes(3 << 20, 11);
+    fs::create_dir(m.path("d")).unwrap();
+    fs::write(m.path("d/big"), &big).unwrap();
+    fs::write(m.path("small"), b"small").unwrap();
+    fs::rename(m.path("small"), m.path("renamed")).unwrap();
+    assert_eq!(names(&m.path("")), ["d", "renamed"]);
+    // The objects are under the prefix on the server.
+    let obj = |k: &str| server.root.path("bucket").join("pre").join(k);
+    assert_eq!(fs::read(obj("d/big")).unwrap(), big);
+    assert_eq!(fs::read(obj("renamed")).unwrap(), b"small");
+    assert!(!obj("small").exists());
+    let st = m.unmount();
+    assert!(st.success(), "{st}");
+    // A fresh mount (nothing cached) reads them back.
+    let m = mount_s3(&server, &dir.path("mnt"));
+    assert_eq!(fs::read(m.path("d/big")).unwrap(), big);
+    assert_eq!(fs::read(m.path("renamed")).unwrap(), b"small");
+    let e = fs::remove_dir(m.path("d")).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::ENOTEMPTY), "{e}");
+    let st = m.unmount();
+    assert!(st.success(), "{st}");
+}
