@@ -134,6 +134,14 @@ enum Command {
         /// (default 60; also the environment's QUIRE_OBJECT_RETRY_TIMEOUT).
         #[arg(long, value_name = "SECS")]
         retry_timeout: Option<f64>,
+        /// Object store mounts: a second cache tier on local disk in DIR: clean data evicted
+        /// from memory is kept there (checksummed, bounded by --disk-size) and found again
+        /// after a restart.
+        #[arg(long, value_name = "DIR")]
+        disk_cache: Option<PathBuf>,
+        /// The disk tier's size bound (K, M, G, T suffixes).
+        #[arg(long, default_value = "10G", value_parser = mount::parse_size)]
+        disk_size: usize,
     },
     /// Print the live counters of the quire mount at MNT.
     Stat {
@@ -199,6 +207,8 @@ fn main() -> anyhow::Result<()> {
             kind,
             staging,
             retry_timeout,
+            disk_cache,
+            disk_size,
         } => mount::mount(mount::MountArgs {
             src,
             mnt,
@@ -210,6 +220,8 @@ fn main() -> anyhow::Result<()> {
             kind,
             staging,
             retry_timeout,
+            disk_cache,
+            disk_size,
         }),
         Command::Stat { mnt } => mount::stat(&mnt),
     }

@@ -39,6 +39,10 @@ pub struct MountArgs {
     pub staging: Option<PathBuf>,
     /// Object store mounts: the retry timeout in seconds.
     pub retry_timeout: Option<f64>,
+    /// Object store mounts: the disk tier's directory, if any.
+    pub disk_cache: Option<PathBuf>,
+    /// Object store mounts: the disk tier's size bound.
+    pub disk_size: usize,
 }
 
 impl MountArgs {
@@ -258,7 +262,12 @@ fn run_object(
     }
     let cache = quire::PageCache::new(quire::CacheConfig::new(a.capacity))
         .context("setting up the page cache")?;
-    let cache = ObjectCache::new(cache, backing, a.staging.clone());
+    let mut cache = ObjectCache::new(cache, backing, a.staging.clone());
+    if let Some(dir) = &a.disk_cache {
+        let tier = quire_object::DiskTier::open(dir, a.disk_size as u64)
+            .map_err(|e| anyhow::anyhow!("{e} (nothing mounted)"))?;
+        cache = cache.with_tier(tier);
+    }
     let fs = ObjectFs::new(cache, ObjectFsConfig::default());
     let sync = fs.syncer();
     opts.subtype = "quire-object".into();

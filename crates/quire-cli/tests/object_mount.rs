@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{is_mounted, random_bytes, sh, skip, Mount, Scratch, QUIRE};
+use common::{have, is_mounted, random_bytes, sh, skip, Mount, Scratch, QUIRE};
 
 /// A mount of `url` at `<scratch>/mnt` (the mount is dropped, so unmounted, first).
 struct ObjMount {
@@ -433,4 +433,130 @@ fn an_s3_mount_round_trips_through_the_s3_server_and_a_remount() {
     assert_eq!(e.raw_os_error(), Some(libc::ENOTEMPTY), "{e}");
     let st = m.unmount();
     assert!(st.success(), "{st}");
+}
+
+/// A mount of `url` with a small memory budget and a disk tier in `tier`.
+fn mount_with_tier(url: &str, mnt: &Path, tier: &Path) -> Option<Mount> {
+    let extra = ["--disk-cache", tier.to_str().unwrap(), "--disk-size", "64M"];
+    match Mount::start_with(Path::new(url), mnt, "4M", &extra) {
+        Ok(m) => Some(m),
+        Err(why) => {
+            skip(&why);
+            None
+        }
+    }
+}
+
+/// The value of counter `name` in `quire stat`'s output.
+fn counter(stat: &str, name: &str) -> u64 {
+    stat.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in quire stat:\n{stat}"))
+}
+
+fn quire_stat(mnt: &Path) -> String {
+    let out = Command::new(QUIRE).arg("stat").arg(mnt).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Data evicted from a 4 MiB budget lands in the disk tier; a remount with the same tier
+/// reads it from disk rather than the store, and `quire stat` shows the backing's and the
+/// tier's counters.
+#[test]
+fn a_disk_tier_serves_a_remount_and_quire_stat_shows_it() {
+    let store = Scratch::new("obj-tier-store");
+    let data = random_bytes(16 << 20, 7);
+    fs::write(store.path("big"), &data).unwrap();
+    let url = format!("file://{}", store.0.display());
+    let dir = Scratch::new("obj-tier");
+    fs::create_dir(dir.path("mnt")).unwrap();
+    let tier = dir.path("tier");
+    let mnt = dir.path("mnt");
+    let Some(m) = mount_with_tier(&url, &mnt, &tier) else {
+        return;
+    };
+    assert_eq!(fs::read(mnt.join("big")).unwrap(), data);
+    let first = quire_stat(&mnt);
+    assert!(counter(&first, "object_get") > 0);
+    assert!(counter(&first, "object_bytes_read") >= data.len() as u64);
+    // Let the tier's writer catch up before the daemon goes.
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(m.unmount().success());
+
+    let Some(m) = mount_with_tier(&url, &mnt, &tier) else {
+        return;
+    };
+    assert_eq!(fs::read(mnt.join("big")).unwrap(), data);
+    let second = quire_stat(&mnt);
+    let hits = counter(&second, "tier_hits");
+    let fetched = counter(&second, "object_bytes_read");
+    assert!(
+        hits * 4096 >= (8 << 20),
+        "a remount read {hits} pages from the tier:\n{second}"
+    );
+    assert!(
+        fetched < data.len() as u64 / 2,
+        "fetched {fetched} bytes again"
+    );
+    assert_eq!(counter(&second, "tier_corrupt"), 0);
+    assert!(m.unmount().success());
+}
+
+/// A database someone else put in the bucket, opened read-only by sqlite through the mount.
+#[test]
+fn sqlite_reads_a_database_from_the_bucket() {
+    if !have("sqlite3") {
+        return skip("sqlite3 is not installed");
+    }
+    let store = Scratch::new("obj-sqlite-store");
+    let db = store.path("app.db");
+    sh(&format!(
+        "sqlite3 {} 'create table t(k integer primary key, v text); \
+         with recursive n(i) as (select 1 union all select i + 1 from n where i < 20000) \
+         insert into t select i, hex(randomblob(40)) from n; create index tv on t(v);'",
+        db.display()
+    ));
+    let want = sh(&format!(
+        "sqlite3 {} 'select count(*), sum(length(v)), max(k) from t'",
+        db.display()
+    ));
+    let url = format!("file://{}", store.0.display());
+    let Some(m) = ObjMount::new("sqlite", &url) else {
+        return;
+    };
+    let through = m.mnt("app.db");
+    let ok = sh(&format!(
+        "sqlite3 -readonly {} 'pragma integrity_check'",
+        through.display()
+    ));
+    assert_eq!(ok.trim(), "ok");
+    let got = sh(&format!(
+        "sqlite3 -readonly {} 'select count(*), sum(length(v)), max(k) from t'",
+        through.display()
+    ));
+    assert_eq!(got, want);
+}
+
+/// fio writes a file with checksummed blocks through the mount and verifies them back.
+#[test]
+fn fio_verify_through_the_mount() {
+    if !have("fio") {
+        return skip("fio is not installed");
+    }
+    let Some(m) = ObjMount::new("fio", "memory:///") else {
+        return;
+    };
+    let f = m.mnt("fio.dat");
+    sh(&format!(
+        "fio --name=verify --filename={} --rw=randwrite --bs=16k --size=24M --ioengine=psync \
+         --verify=crc32c --do_verify=1 --verify_fatal=1 --verify_state_save=0 --randrepeat=1 --output-format=terse >/dev/null",
+        f.display()
+    ));
+    // Closed, so uploaded: a fresh read of the whole file is whole.
+    assert_eq!(fs::metadata(&f).unwrap().len(), 24 << 20);
 }

@@ -1176,9 +1176,12 @@ impl Serve for ObjectFs {
 
     fn getxattr(&self, ino: INodeNo, name: &OsStr, _size: u32) -> Res<Xattr> {
         if ino.0 == 1 && name == STATS_XATTR {
-            return Ok(Xattr::Value(
-                self.cache.backing().stats().to_string().into_bytes(),
-            ));
+            let mut text = self.cache.backing().stats().to_string();
+            if let Some(t) = self.cache.tier() {
+                text.push_str(&t.stats().to_string());
+            }
+            text.push_str(&self.cache.page_cache().stats().to_string());
+            return Ok(Xattr::Value(text.into_bytes()));
         }
         Ok(Xattr::NoValue(Errno::ENODATA))
     }

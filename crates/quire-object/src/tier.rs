@@ -179,6 +179,20 @@ pub struct TierStats {
     pub limit: u64,
 }
 
+impl std::fmt::Display for TierStats {
+    /// One `name value` line per counter, as `/proc/vmstat` does.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(f, "tier_hits {}", self.hits)?;
+        writeln!(f, "tier_misses {}", self.misses)?;
+        writeln!(f, "tier_corrupt {}", self.corrupt)?;
+        writeln!(f, "tier_puts {}", self.puts)?;
+        writeln!(f, "tier_dropped {}", self.dropped)?;
+        writeln!(f, "tier_evicted_chunks {}", self.evicted_chunks)?;
+        writeln!(f, "tier_bytes {}", self.bytes)?;
+        writeln!(f, "tier_limit {}", self.limit)
+    }
+}
+
 #[derive(Default)]
 struct Counts {
     hits: AtomicU64,
