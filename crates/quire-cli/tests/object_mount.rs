@@ -560,3 +560,46 @@ fn fio_verify_through_the_mount() {
     // Closed, so uploaded: a fresh read of the whole file is whole.
     assert_eq!(fs::metadata(&f).unwrap().len(), 24 << 20);
 }
+
+/// Close-to-open through the mount: an object replaced behind it is read anew by the next
+/// open; one replaced under an open reader fails that reader's next miss with `ESTALE`, never
+/// bytes of the new version.
+#[test]
+fn replaced_objects_through_the_mount() {
+    use std::os::unix::fs::FileExt;
+    let store = Scratch::new("obj-replace-store");
+    let old = random_bytes(32 << 20, 31);
+    fs::write(store.path("obj"), &old).unwrap();
+    let url = format!("file://{}", store.0.display());
+    let dir = Scratch::new("obj-replace");
+    fs::create_dir(dir.path("mnt")).unwrap();
+    let mnt = dir.path("mnt");
+    let m = match Mount::start_with(Path::new(&url), &mnt, "4M", &[]) {
+        Ok(m) => m,
+        Err(why) => return skip(&why),
+    };
+    let f = fs::File::open(mnt.join("obj")).unwrap();
+    let mut buf = vec![0u8; 4096];
+    f.read_exact_at(&mut buf, 0).unwrap();
+    assert_eq!(buf, &old[..4096]);
+    // Replaced behind the mount (another writer of the bucket), same size.
+    let new = random_bytes(32 << 20, 32);
+    let tmp = store.path(".obj.tmp");
+    fs::write(&tmp, &new).unwrap();
+    fs::rename(&tmp, store.path("obj")).unwrap();
+    // Far past anything read ahead, under a 4 MiB budget: the store must be asked.
+    let e = f
+        .read_exact_at(&mut buf, 30 << 20)
+        .expect_err("the object changed under an open reader");
+    assert_eq!(e.raw_os_error(), Some(libc::ESTALE), "{e}");
+    drop(f);
+    // A new open (after the attribute timeout) sees the new version.
+    std::thread::sleep(Duration::from_millis(1100));
+    let f = fs::File::open(mnt.join("obj")).unwrap();
+    f.read_exact_at(&mut buf, 30 << 20).unwrap();
+    assert_eq!(buf, &new[30 << 20..(30 << 20) + 4096]);
+    f.read_exact_at(&mut buf, 0).unwrap();
+    assert_eq!(buf, &new[..4096], "an old version's cached page");
+    drop(f);
+    assert!(m.unmount().success());
+}
