@@ -20,6 +20,7 @@ mod host;
 mod inflight;
 mod lockref;
 mod metric;
+mod object;
 mod pagelock;
 pub(crate) mod plot;
 mod read;
@@ -68,6 +69,7 @@ pub const SUITES: &[Suite] = &[
     unmap::SUITE,
     fuse::SUITE,
     inflight::SUITE,
+    object::SUITE,
 ];
 
 /// What a suite records into.
