@@ -235,7 +235,7 @@ impl FileInner {
     }
 
     /// Where the bytes of `offset..offset + n` are (clamped to the file's length).
-    fn plan(&self, offset: u64, n: usize) -> (Vec<Seg>, Option<String>) {
+    fn plan(&self, offset: u64, n: usize) -> (Vec<Seg>, Option<String>, u64) {
         let s = self.state.lock();
         let end = s.len.min(offset.saturating_add(n as u64));
         let mut segs = Vec::new();
@@ -273,13 +273,19 @@ impl FileInner {
             }
         }
         let tag = s.remote.as_ref().and_then(|v| v.e_tag.clone());
-        (segs, tag)
+        let size = s.remote.as_ref().map_or(0, |v| v.size);
+        (segs, tag, size)
     }
 
     /// The file's bytes at `offset..offset + n`, fewer at its end: remote stretches as ranged
     /// GETs of at most `range_size`, all in flight at once.
-    async fn fetch(self: Arc<Self>, offset: u64, n: usize) -> Result<Vec<u8>> {
-        let (segs, tag) = self.plan(offset, n);
+    ///
+    /// With a disk tier and `fill`, a stretch the tier lacks is fetched out to the tier's chunk
+    /// boundaries (within the version), and what was fetched goes to the tier: a random reader
+    /// brings whole chunks to local disk at the cost of one larger GET per miss, as whole-file
+    /// disk caches do, without fetching chunks nobody reads.
+    async fn fetch(self: Arc<Self>, offset: u64, n: usize, fill: bool) -> Result<Vec<u8>> {
+        let (segs, tag, size) = self.plan(offset, n);
         let total: usize = segs
             .iter()
             .map(|s| match s {
@@ -312,18 +318,47 @@ impl FileInner {
                         }
                         _ => vec![(off, len)],
                     };
+                    let filling = fill && self.tier.is_some() && tag.is_some();
                     for (moff, mlen) in missing {
-                        let mut done = 0;
-                        while done < mlen {
-                            let l = step.min(mlen - done);
+                        let (lo, hi) = if filling {
+                            let c = crate::tier::CHUNK;
+                            let hi = (moff + mlen as u64).div_ceil(c) * c;
+                            (moff / c * c, hi.min(size).max(moff + mlen as u64))
+                        } else {
+                            (moff, moff + mlen as u64)
+                        };
+                        let mut o = lo;
+                        while o < hi {
+                            let l = (step as u64).min(hi - o) as usize;
                             let this = self.clone();
                             let tag = tag.clone();
-                            let o = moff + done as u64;
-                            let dst = at + (o - off) as usize;
+                            // The part of this GET the caller asked for, as (file offset,
+                            // length), and where it goes in `out`.
+                            let want_lo = o.max(moff);
+                            let want_hi = (o + l as u64).min(moff + mlen as u64);
+                            let dst = if want_hi > want_lo {
+                                at + (want_lo - off) as usize
+                            } else {
+                                0
+                            };
+                            let (get_at, id) = (o, tag.as_deref().map(|t| self.tier_id(t)));
                             gets.push_back(async move {
-                                this.get_range(o, l, tag).await.map(|b| (dst, b))
+                                let b = this.get_range(get_at, l, tag).await?;
+                                if filling {
+                                    if let (Some(tier), Some(id)) = (&this.tier, id) {
+                                        tier.offer(id, get_at, &b);
+                                    }
+                                }
+                                let piece = if want_hi > want_lo {
+                                    b.slice(
+                                        (want_lo - get_at) as usize..(want_hi - get_at) as usize,
+                                    )
+                                } else {
+                                    Bytes::new()
+                                };
+                                Ok::<_, StoreError>((dst, piece))
                             });
-                            done += l;
+                            o += l as u64;
                         }
                     }
                     at += len;
@@ -428,7 +463,7 @@ impl FileInner {
         len: u64,
         remote: Option<Version>,
     ) -> Result<object_store::PutResult> {
-        let data = self.clone().fetch(0, len as usize).await?;
+        let data = self.clone().fetch(0, len as usize, false).await?;
         if data.len() as u64 != len {
             return Err(errno_error(Op::Write, data.len() as u64, libc::EIO));
         }
@@ -486,7 +521,7 @@ impl FileInner {
         let result: Result<()> = async {
             while off < len {
                 let l = part.min(len - off) as usize;
-                let data = self.clone().fetch(off, l).await?;
+                let data = self.clone().fetch(off, l, false).await?;
                 if data.len() != l {
                     return Err(errno_error(Op::Write, off + data.len() as u64, libc::EIO));
                 }
@@ -597,10 +632,10 @@ fn from_tier(tier: &TierInner, id: ObjectId, off: u64, dst: &mut [u8]) -> Vec<(u
 
 impl Store for ObjectFile {
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize> {
-        let data = self
-            .inner
-            .backing
-            .block_on(self.inner.clone().fetch(offset, buf.len()))?;
+        let data =
+            self.inner
+                .backing
+                .block_on(self.inner.clone().fetch(offset, buf.len(), true))?;
         buf[..data.len()].copy_from_slice(&data);
         Ok(data.len())
     }
@@ -714,7 +749,7 @@ impl Store for ObjectFile {
                 let start = group[0].offset();
                 let last = group.last().expect("a group is not empty");
                 let n = (last.offset() + last.len() as u64 - start) as usize;
-                match inner.fetch(start, n).await {
+                match inner.fetch(start, n, true).await {
                     Ok(data) => {
                         for mut r in group {
                             let at = (r.offset() - start) as usize;

@@ -39,7 +39,7 @@ use parking_lot::Mutex;
 use crate::ObjectError;
 
 const PAGE: usize = 4096;
-const CHUNK: u64 = 1 << 20;
+pub(crate) const CHUNK: u64 = 1 << 20;
 const PAGES: usize = (CHUNK as usize) / PAGE;
 const MAGIC: &[u8; 8] = b"QTIER002";
 const BITMAP: usize = 8;
@@ -215,7 +215,12 @@ pub(crate) struct TierInner {
     state: Mutex<State>,
     counts: Counts,
     queue: Mutex<Option<SyncSender<Msg>>>,
+    /// Bytes offered and not yet written: offers past [`QUEUED_MAX`] are dropped.
+    queued: AtomicU64,
 }
+
+/// The most bytes waiting for the writer.
+const QUEUED_MAX: u64 = 64 << 20;
 
 /// A bounded cache of clean pages on local disk under the memory cache; see the
 /// [module docs](self).
@@ -288,6 +293,7 @@ impl DiskTier {
             state: Mutex::new(state),
             counts: Counts::default(),
             queue: Mutex::new(None),
+            queued: AtomicU64::new(0),
         });
         inner.shrink_to(limit);
         let (tx, rx) = sync_channel::<Msg>(256);
@@ -344,7 +350,10 @@ fn writer(tier: std::sync::Weak<TierInner>, rx: Receiver<Msg>) {
     while let Ok(m) = rx.recv() {
         let Some(t) = tier.upgrade() else { return };
         match m {
-            Msg::Put(p) => t.write(p.object, p.offset, &p.data),
+            Msg::Put(p) => {
+                t.write(p.object, p.offset, &p.data);
+                t.queued.fetch_sub(p.data.len() as u64, Ordering::Relaxed);
+            }
             Msg::Drain(done) => {
                 let _ = done.send(());
             }
@@ -366,6 +375,13 @@ impl TierInner {
         let Some(q) = self.queue.lock().clone() else {
             return;
         };
+        let pages = data.len().div_ceil(PAGE) as u64;
+        let n = data.len() as u64;
+        if self.queued.fetch_add(n, Ordering::Relaxed) + n > QUEUED_MAX {
+            self.queued.fetch_sub(n, Ordering::Relaxed);
+            self.counts.dropped.fetch_add(pages, Ordering::Relaxed);
+            return;
+        }
         let p = Put {
             object,
             offset,
@@ -373,9 +389,8 @@ impl TierInner {
         };
         if let Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) = q.try_send(Msg::Put(p))
         {
-            self.counts
-                .dropped
-                .fetch_add(data.len().div_ceil(PAGE) as u64, Ordering::Relaxed);
+            self.queued.fetch_sub(n, Ordering::Relaxed);
+            self.counts.dropped.fetch_add(pages, Ordering::Relaxed);
         }
     }
 
@@ -421,6 +436,11 @@ impl TierInner {
             s.tick += 1;
             let tick = s.tick;
             let c = s.chunks.get_mut(&key).expect("just made");
+            let first = ((off % CHUNK) as usize) / PAGE;
+            if (first..first + data.len().div_ceil(PAGE)).all(|p| c.has(p)) {
+                // A version's bytes never change: what is there is these bytes already.
+                return Ok(());
+            }
             let old = std::mem::replace(&mut c.tick, tick);
             let file = c.file.clone();
             s.lru.remove(&old);

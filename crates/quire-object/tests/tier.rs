@@ -163,3 +163,38 @@ fn written_data_is_not_kept_under_the_old_version() {
     assert_eq!(read_all(&h2, 128 << 10), new);
     assert_eq!(get(&store, "obj").as_deref(), Some(&new[..]));
 }
+
+/// A random reader's miss brings its whole tier chunk to disk (one larger GET): another page
+/// of the same chunk is then read from the tier, not the network.
+#[test]
+fn a_miss_fills_its_chunk_in_the_tier() {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let data = pattern(8 * MIB, 26);
+    put(&store, "obj", &data);
+    let tier = DiskTier::open(dir.path(), 64 * MIB as u64).unwrap();
+    let mut cfg = CacheConfig::new(4 * MIB);
+    cfg.readahead_max = 0;
+    let backing = Backing::with_store(
+        store.clone(),
+        "",
+        "mem://tier-test",
+        BackingConfig::default(),
+    )
+    .unwrap();
+    let c = ObjectCache::new(PageCache::new(cfg).unwrap(), backing, None).with_tier(tier.clone());
+    let h = c.open("obj").unwrap();
+    let mut buf = vec![0u8; 4096];
+    let at = 5 * MIB + 3 * 4096;
+    h.read_exact_at(at as u64, &mut buf).unwrap();
+    assert_eq!(buf, &data[at..at + 4096]);
+    tier.drain();
+    assert!(tier.stats().puts >= 256, "{:?}", tier.stats());
+    let gets = c.backing().stats().requests(Request::Get);
+    // Another page of the same chunk, not in memory: from the tier.
+    let other = 5 * MIB + 200 * 4096;
+    h.read_exact_at(other as u64, &mut buf).unwrap();
+    assert_eq!(buf, &data[other..other + 4096]);
+    assert_eq!(c.backing().stats().requests(Request::Get), gets);
+    assert!(tier.stats().hits >= 1);
+}

@@ -28,7 +28,7 @@ impl Better {
             // Throughput: operations, bytes or walks per wall-clock or CPU second.
             "ops_per_s" | "ops_per_cpu_s" | "iops" | "iops_per_cpu_s" | "mb_per_s"
             | "handoffs_per_cpu_s" | "inserts_per_s" | "stats_per_s" | "walks_per_s"
-            | "walks_per_cpu_s" => Higher,
+            | "walks_per_cpu_s" | "objects_per_s" => Higher,
             // What stayed in memory.
             "hit_ratio" | "hot_hit_ratio" | "demand_hit_ratio" => Higher,
             // Time per unit of work.
@@ -96,6 +96,7 @@ mod tests {
         ("fuse.rs", include_str!("fuse.rs")),
         ("inflight.rs", include_str!("inflight.rs")),
         ("lockref.rs", include_str!("lockref.rs")),
+        ("object.rs", include_str!("object.rs")),
         ("pagelock.rs", include_str!("pagelock.rs")),
         ("read.rs", include_str!("read.rs")),
         ("unmap.rs", include_str!("unmap.rs")),
