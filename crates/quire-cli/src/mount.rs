@@ -260,8 +260,12 @@ fn run_object(
             bail!("staging {} is not a directory", dir.display());
         }
     }
-    let cache = quire::PageCache::new(quire::CacheConfig::new(a.capacity))
-        .context("setting up the page cache")?;
+    let mut config = quire::CacheConfig::new(a.capacity);
+    config.readahead_max = std::env::var("QUIRE_OBJECT_READAHEAD")
+        .ok()
+        .and_then(|v| parse_size(&v).ok())
+        .unwrap_or(quire_object::READAHEAD_MAX);
+    let cache = quire::PageCache::new(config).context("setting up the page cache")?;
     let mut cache = ObjectCache::new(cache, backing, a.staging.clone());
     if let Some(dir) = &a.disk_cache {
         let tier = quire_object::DiskTier::open(dir, a.disk_size as u64)

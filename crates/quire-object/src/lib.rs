@@ -37,6 +37,12 @@ pub use file::Version;
 pub use fs::{ObjectFs, ObjectFsConfig};
 pub use tier::{DiskTier, TierStats};
 
+/// The readahead window a cache in front of object storage should allow
+/// ([`quire::CacheConfig::readahead_max`]; the page cache's default, 2 MiB, suits a local disk):
+/// a sequential reader keeps this much in flight, which a link of a few milliseconds' latency
+/// needs to run at its bandwidth. `quire mount URL` uses it.
+pub const READAHEAD_MAX: usize = 16 << 20;
+
 /// What can go wrong outside a read or write (those report [`quire::FilemapError`]).
 #[derive(Debug, thiserror::Error)]
 pub enum ObjectError {
