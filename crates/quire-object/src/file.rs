@@ -145,6 +145,23 @@ struct State {
     pending: bool,
     /// Bumped by every change.
     seq: u64,
+    /// How far a write-behind multipart upload ([`Stream`]) has claimed the file: its parts
+    /// cover `0..stream_sent`.
+    stream_sent: u64,
+    /// A change below `stream_sent` since the stream started: its parts are no longer the
+    /// file's, and `sync` starts over.
+    stream_broken: bool,
+}
+
+/// A multipart upload started before `sync`, while a writer fills the file from the front
+/// (write-behind): each part is sent as soon as the staging file holds all of it, so that at
+/// `fsync` only the tail is left to send. Nothing is visible until `sync` completes it; a
+/// change below what was sent breaks it (aborted, and `sync` uploads the file the usual way).
+struct Stream {
+    upload: Box<dyn object_store::MultipartUpload>,
+    /// Parts sent cover `0..sent`.
+    sent: u64,
+    parts: Vec<tokio::task::JoinHandle<Result<()>>>,
 }
 
 /// One object as a store. Made by [`crate::ObjectCache`]; see the [module docs](self).
@@ -160,6 +177,18 @@ pub(crate) struct FileInner {
     state: Mutex<State>,
     /// One upload at a time.
     upload: Mutex<()>,
+    stream: Mutex<Option<Stream>>,
+}
+
+impl Drop for FileInner {
+    /// A write-behind upload never completed is aborted (its parts are not kept by the store).
+    fn drop(&mut self) {
+        if let Some(mut st) = self.stream.get_mut().take() {
+            self.backing.runtime.spawn(async move {
+                let _ = st.upload.abort().await;
+            });
+        }
+    }
 }
 
 impl std::fmt::Debug for ObjectFile {
@@ -195,8 +224,11 @@ impl ObjectFile {
                     staging: None,
                     pending: false,
                     seq: 0,
+                    stream_sent: 0,
+                    stream_broken: false,
                 }),
                 upload: Mutex::new(()),
+                stream: Mutex::new(None),
             }),
         }
     }
@@ -232,6 +264,7 @@ impl FileInner {
         s.staging = None;
         s.pending = true;
         s.seq += 1;
+        s.stream_broken |= s.stream_sent > 0;
     }
 
     /// Where the bytes of `offset..offset + n` are (clamped to the file's length).
@@ -416,12 +449,13 @@ impl FileInner {
             }
             (s.len, s.remote.clone(), s.seq)
         };
+        let stream = self.take_stream(len);
         let this = self.clone();
         let put = self.backing.block_on(async move {
-            if len <= this.backing.config.single_put_max {
+            if stream.is_none() && len <= this.backing.config.single_put_max {
                 this.put_whole(len, remote).await
             } else {
-                this.put_multipart(len, remote).await
+                this.put_multipart(len, remote, stream).await
             }
         })?;
         let mut s = self.state.lock();
@@ -506,19 +540,31 @@ impl FileInner {
         self: Arc<Self>,
         len: u64,
         remote: Option<Version>,
+        stream: Option<Stream>,
     ) -> Result<object_store::PutResult> {
         let counters = self.backing.counters.clone();
         let store = self.backing.store.clone();
         let req = counters.start(Request::Multipart);
-        let mut upload = store
-            .put_multipart(&self.key)
-            .await
-            .map_err(|e| store_error(Op::Write, 0, &e))?;
+        let (mut upload, mut off, sent) = match stream {
+            Some(st) => (st.upload, st.sent, st.parts),
+            None => (
+                store
+                    .put_multipart(&self.key)
+                    .await
+                    .map_err(|e| store_error(Op::Write, 0, &e))?,
+                0,
+                Vec::new(),
+            ),
+        };
         let part = self.backing.config.part_size.max(5 << 20) as u64;
         let depth = self.backing.config.parts_in_flight.max(1);
         let mut running = FuturesUnordered::new();
-        let mut off = 0u64;
         let result: Result<()> = async {
+            // The write-behind parts already on their way.
+            for h in sent {
+                h.await
+                    .map_err(|_| errno_error(Op::Write, 0, libc::EIO))??;
+            }
             while off < len {
                 let l = part.min(len - off) as usize;
                 let data = self.clone().fetch(off, l, false).await?;
@@ -582,6 +628,99 @@ impl FileInner {
                 let _ = upload.abort().await;
                 Err(e)
             }
+        }
+    }
+
+    /// Takes the write-behind stream for an upload of `len` bytes: `None` (aborted) if a
+    /// change broke it or the file is now shorter than what it sent.
+    fn take_stream(&self, len: u64) -> Option<Stream> {
+        let st = self.stream.lock().take();
+        let mut s = self.state.lock();
+        let broken = s.stream_broken || len < s.stream_sent;
+        s.stream_sent = 0;
+        s.stream_broken = false;
+        drop(s);
+        let mut st = st?;
+        if broken {
+            self.backing.runtime.spawn(async move {
+                for h in st.parts.drain(..) {
+                    let _ = h.await;
+                }
+                let _ = st.upload.abort().await;
+            });
+            return None;
+        }
+        Some(st)
+    }
+
+    /// Sends the parts of a large file that the staging file now holds whole from the front,
+    /// up to `parts_in_flight` at once (see [`Stream`]). Called after each write to the staging
+    /// file; a call that finds another one at work returns at once.
+    fn write_behind(self: &Arc<Self>) {
+        let config = &self.backing.config;
+        let part = config.part_size.max(5 << 20) as u64;
+        let Some(mut guard) = self.stream.try_lock() else {
+            return;
+        };
+        loop {
+            // Claim the next part if the staging file holds it whole.
+            let (at, file) = {
+                let mut s = self.state.lock();
+                let at = guard.as_ref().map_or(0, |st| st.sent);
+                if s.stream_broken || s.len <= config.single_put_max {
+                    return;
+                }
+                let whole = matches!(s.staged.at(at), Result2::Inside(e) if e >= at + part);
+                let (Some(file), true) = (s.staging.clone(), whole) else {
+                    return;
+                };
+                if let Some(st) = guard.as_mut() {
+                    st.parts.retain(|h| !h.is_finished());
+                    if st.parts.len() >= config.parts_in_flight.max(1) {
+                        return;
+                    }
+                }
+                s.stream_sent = at + part;
+                (at, file)
+            };
+            if guard.is_none() {
+                let this = self.clone();
+                let made = self
+                    .backing
+                    .block_on(async move { this.backing.store.put_multipart(&this.key).await });
+                match made {
+                    Ok(upload) => {
+                        *guard = Some(Stream {
+                            upload,
+                            sent: 0,
+                            parts: Vec::new(),
+                        })
+                    }
+                    Err(_) => {
+                        // No write-behind this time: `sync` uploads the usual way.
+                        let mut s = self.state.lock();
+                        s.stream_sent = 0;
+                        return;
+                    }
+                }
+            }
+            let st = guard.as_mut().expect("made above");
+            let mut data = vec![0u8; part as usize];
+            if file.read_exact_at(&mut data, at).is_err() {
+                self.state.lock().stream_broken = true;
+                return;
+            }
+            let fut = st.upload.put_part(PutPayload::from(data));
+            let counters = self.backing.counters.clone();
+            let l = part as usize;
+            st.parts.push(self.backing.runtime.spawn(async move {
+                let r = counters.start(Request::Part);
+                fut.await.map_err(|e| store_error(Op::Write, at, &e))?;
+                counters.written(l);
+                r.ok();
+                Ok(())
+            }));
+            st.sent = at + part;
         }
     }
 
@@ -654,6 +793,9 @@ impl Store for ObjectFile {
         s.len = s.len.max(end);
         s.pending = true;
         s.seq += 1;
+        s.stream_broken |= offset < s.stream_sent;
+        drop(s);
+        self.inner.write_behind();
         Ok(buf.len())
     }
 
@@ -679,6 +821,7 @@ impl Store for ObjectFile {
                 })?;
             }
             s.remote_valid = s.remote_valid.min(len);
+            s.stream_broken |= len < s.stream_sent;
         }
         if len != s.len {
             s.len = len;

@@ -255,3 +255,56 @@ fn a_local_directory_backing_round_trips_and_rewrites() {
         b"FIRST, again"
     );
 }
+
+fn streaming_config() -> BackingConfig {
+    BackingConfig {
+        single_put_max: MIB as u64,
+        part_size: 5 * MIB,
+        parts_in_flight: 4,
+        ..BackingConfig::default()
+    }
+}
+
+/// A large file written from the front through a small cache: its parts go up while it is
+/// written (write-behind), and `fsync` sends only the tail and completes the upload.
+#[test]
+fn a_large_sequential_write_is_uploaded_behind_the_writer() {
+    let store = mem();
+    let c = cache_over(store.clone(), 8 * MIB, streaming_config());
+    let data = pattern(40 * MIB + 123, 40);
+    let h = c.create("stream", true).unwrap();
+    for (i, chunk) in data.chunks(MIB).enumerate() {
+        h.write_all_at((i * MIB) as u64, chunk).unwrap();
+    }
+    let before = c.backing().stats().requests(Request::Part);
+    assert!(
+        before >= 2,
+        "{before} parts sent before fsync: the write-back of a 40 MiB file through an 8 MiB cache"
+    );
+    assert_eq!(get(&store, "stream"), None, "nothing visible before fsync");
+    h.fsync().unwrap();
+    assert_eq!(get(&store, "stream").as_deref(), Some(&data[..]));
+    assert_eq!(
+        c.backing().stats().requests(Request::Part),
+        9,
+        "41 MiB in 5 MiB parts"
+    );
+}
+
+/// A write below what the write-behind upload already sent: the upload starts over at
+/// `fsync`, and the object is the file.
+#[test]
+fn a_write_behind_upload_broken_by_a_rewrite_starts_over() {
+    let store = mem();
+    let c = cache_over(store.clone(), 8 * MIB, streaming_config());
+    let mut data = pattern(30 * MIB, 41);
+    let h = c.create("broken", true).unwrap();
+    for (i, chunk) in data.chunks(MIB).enumerate() {
+        h.write_all_at((i * MIB) as u64, chunk).unwrap();
+    }
+    assert!(c.backing().stats().requests(Request::Part) >= 1);
+    h.write_all_at(100, b"rewritten at the front").unwrap();
+    data[100..122].copy_from_slice(b"rewritten at the front");
+    h.fsync().unwrap();
+    assert_eq!(get(&store, "broken").as_deref(), Some(&data[..]));
+}
