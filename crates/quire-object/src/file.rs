@@ -333,12 +333,7 @@ impl FileInner {
             match seg {
                 Seg::Staged { off, len, file } => {
                     file.read_exact_at(&mut out[at..at + len], off)
-                        .map_err(|e| StoreError::Io {
-                            op: Op::Read,
-                            offset: off,
-                            kind: e.kind(),
-                            errno: e.raw_os_error(),
-                        })?;
+                        .map_err(|e| io_error(Op::Read, off, &e))?;
                     at += len;
                 }
                 Seg::Zero { len } => at += len,
@@ -732,14 +727,19 @@ impl FileInner {
             Some(d) => tempfile::tempfile_in(d),
             None => tempfile::tempfile(),
         };
-        let f = Arc::new(made.map_err(|e| StoreError::Io {
-            op: Op::Write,
-            offset: 0,
-            kind: e.kind(),
-            errno: e.raw_os_error(),
-        })?);
+        let f = Arc::new(made.map_err(|e| io_error(Op::Write, 0, &e))?);
         s.staging = Some(f.clone());
         Ok(f)
+    }
+}
+
+/// A local file's I/O error (the staging file) as a store error of `op` at `offset`.
+fn io_error(op: Op, offset: u64, e: &std::io::Error) -> StoreError {
+    StoreError::Io {
+        op,
+        offset,
+        kind: e.kind(),
+        errno: e.raw_os_error(),
     }
 }
 
@@ -782,12 +782,8 @@ impl Store for ObjectFile {
     fn write_at(&self, offset: u64, buf: &[u8]) -> Result<usize> {
         let mut s = self.inner.state.lock();
         let file = self.inner.staging_file(&mut s)?;
-        file.write_all_at(buf, offset).map_err(|e| StoreError::Io {
-            op: Op::Write,
-            offset,
-            kind: e.kind(),
-            errno: e.raw_os_error(),
-        })?;
+        file.write_all_at(buf, offset)
+            .map_err(|e| io_error(Op::Write, offset, &e))?;
         let end = offset + buf.len() as u64;
         s.staged.insert(offset, end);
         s.len = s.len.max(end);
@@ -813,12 +809,7 @@ impl Store for ObjectFile {
         if len < s.len {
             s.staged.cut(len);
             if let Some(f) = &s.staging {
-                f.set_len(len).map_err(|e| StoreError::Io {
-                    op: Op::Write,
-                    offset: len,
-                    kind: e.kind(),
-                    errno: e.raw_os_error(),
-                })?;
+                f.set_len(len).map_err(|e| io_error(Op::Write, len, &e))?;
             }
             s.remote_valid = s.remote_valid.min(len);
             s.stream_broken |= len < s.stream_sent;

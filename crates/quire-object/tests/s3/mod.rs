@@ -82,21 +82,28 @@ impl Server {
         Some(s)
     }
 
-    fn spawn(&mut self, port: u16) {
-        let pf = self.root.path().join(".port");
-        let _ = std::fs::remove_file(&pf);
-        let mut child = Command::new(&self.bin)
-            .arg("--root")
+    /// The server's command on `port` (0: any), writing its port to `port_file`.
+    fn command(&self, port: u16, port_file: &Path) -> Command {
+        let mut c = Command::new(&self.bin);
+        c.arg("--root")
             .arg(self.root.path())
             .arg("--addr")
             .arg(format!("127.0.0.1:{port}"))
             .arg("--port-file")
-            .arg(&pf)
+            .arg(port_file)
             .arg("--access-key")
             .arg(KEY)
             .arg("--secret-key")
             .arg(SECRET)
-            .stdout(Stdio::null())
+            .stdout(Stdio::null());
+        c
+    }
+
+    fn spawn(&mut self, port: u16) {
+        let pf = self.root.path().join(".port");
+        let _ = std::fs::remove_file(&pf);
+        let mut child = self
+            .command(port, &pf)
             .spawn()
             .expect("start quire-s3-server");
         self.port = wait_port(&pf, &mut child);
@@ -120,18 +127,8 @@ impl Server {
             // The port may linger a moment after the kill.
             let pf = self.root.path().join(".port");
             let _ = std::fs::remove_file(&pf);
-            let mut child = Command::new(&self.bin)
-                .arg("--root")
-                .arg(self.root.path())
-                .arg("--addr")
-                .arg(format!("127.0.0.1:{port}"))
-                .arg("--port-file")
-                .arg(&pf)
-                .arg("--access-key")
-                .arg(KEY)
-                .arg("--secret-key")
-                .arg(SECRET)
-                .stdout(Stdio::null())
+            let mut child = self
+                .command(port, &pf)
                 .stderr(Stdio::null())
                 .spawn()
                 .expect("restart quire-s3-server");
