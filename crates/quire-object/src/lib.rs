@@ -11,7 +11,7 @@
 //! - [`Backing`]: a bucket (or a prefix of one): the client, its runtime, its counters.
 //! - [`ObjectCache`]: the page cache in front of it, with close-to-open consistency
 //!   ([`cache`] says exactly what it promises); [`ObjectHandle`]: an open object.
-//! - [`file`]: one object as a [`quire::Store`], and where each byte of it comes from.
+//! - [`mod@file`]: one object as a [`quire::Store`], and where each byte of it comes from.
 //! - [`DiskTier`]: the second tier, clean folios evicted from memory kept on local disk.
 //! - [`fs`]: [`ObjectFs`], the bucket as a FUSE file system (`quire mount s3://…`), and
 //!   exactly what it does and does not do.
