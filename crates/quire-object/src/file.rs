@@ -95,17 +95,17 @@ impl Ranges {
     }
 
     /// The range holding `at`, or the start of the next one.
-    fn at(&self, at: u64) -> Result2 {
+    fn at(&self, at: u64) -> Around {
         if let Some((_, &e)) = self.0.range(..=at).next_back() {
             if e > at {
-                return Result2::Inside(e);
+                return Around::Inside(e);
             }
         }
-        Result2::Before(self.0.range(at..).next().map(|(&s, _)| s))
+        Around::Before(self.0.range(at..).next().map(|(&s, _)| s))
     }
 }
 
-enum Result2 {
+enum Around {
     /// Inside a range that ends here.
     Inside(u64),
     /// Not inside one; the next starts here (if any).
@@ -275,7 +275,7 @@ impl FileInner {
         let mut at = offset;
         while at < end {
             match s.staged.at(at) {
-                Result2::Inside(e) => {
+                Around::Inside(e) => {
                     let e = e.min(end);
                     segs.push(Seg::Staged {
                         off: at,
@@ -287,7 +287,7 @@ impl FileInner {
                     });
                     at = e;
                 }
-                Result2::Before(next) => {
+                Around::Before(next) => {
                     let stop = next.unwrap_or(end).min(end);
                     if at < s.remote_valid {
                         let e = stop.min(s.remote_valid);
@@ -665,7 +665,7 @@ impl FileInner {
                 if s.stream_broken || s.len <= config.single_put_max {
                     return;
                 }
-                let whole = matches!(s.staged.at(at), Result2::Inside(e) if e >= at + part);
+                let whole = matches!(s.staged.at(at), Around::Inside(e) if e >= at + part);
                 let (Some(file), true) = (s.staging.clone(), whole) else {
                     return;
                 };
@@ -849,7 +849,7 @@ impl Store for ObjectFile {
             let end = offset + data.len() as u64;
             let whole_version = s.remote_valid == *size && s.len == *size;
             let staged =
-                !matches!(s.staged.at(offset), Result2::Before(n) if n.is_none_or(|n| n >= end));
+                !matches!(s.staged.at(offset), Around::Before(n) if n.is_none_or(|n| n >= end));
             if offset >= s.remote_valid || (end > s.remote_valid && !whole_version) || staged {
                 return;
             }

@@ -15,14 +15,17 @@ use quire_object::{Backing, BackingConfig, DiskTier, ObjectCache, Request};
 use common::*;
 
 fn cache_with_tier(store: Arc<dyn ObjectStore>, budget: usize, tier: DiskTier) -> ObjectCache {
+    cache_with_tier_config(store, CacheConfig::new(budget), tier)
+}
+
+fn cache_with_tier_config(
+    store: Arc<dyn ObjectStore>,
+    config: CacheConfig,
+    tier: DiskTier,
+) -> ObjectCache {
     let backing =
         Backing::with_store(store, "", "mem://tier-test", BackingConfig::default()).unwrap();
-    ObjectCache::new(
-        PageCache::new(CacheConfig::new(budget)).unwrap(),
-        backing,
-        None,
-    )
-    .with_tier(tier)
+    ObjectCache::new(PageCache::new(config).unwrap(), backing, None).with_tier(tier)
 }
 
 /// The bytes the tier's files take on disk (allocated blocks).
@@ -175,14 +178,7 @@ fn a_miss_fills_its_chunk_in_the_tier() {
     let tier = DiskTier::open(dir.path(), 64 * MIB as u64).unwrap();
     let mut cfg = CacheConfig::new(4 * MIB);
     cfg.readahead_max = 0;
-    let backing = Backing::with_store(
-        store.clone(),
-        "",
-        "mem://tier-test",
-        BackingConfig::default(),
-    )
-    .unwrap();
-    let c = ObjectCache::new(PageCache::new(cfg).unwrap(), backing, None).with_tier(tier.clone());
+    let c = cache_with_tier_config(store.clone(), cfg, tier.clone());
     let h = c.open("obj").unwrap();
     let mut buf = vec![0u8; 4096];
     let at = 5 * MIB + 3 * 4096;

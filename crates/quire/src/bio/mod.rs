@@ -309,8 +309,7 @@ impl Counters {
     }
 }
 
-/// A read the engine hands to a store that completes reads itself
-/// ([`Store::completes_reads`]): a stretch of frame memory to fill from the store at
+/// A read handed to a store that completes reads itself ([`Store::completes_reads`]): a stretch of frame memory to fill from the store at
 /// [`offset`](Self::offset), owned by the store until it calls [`complete`](Self::complete).
 ///
 /// The store may finish it on any thread, in any order, later than the call that took it (an
@@ -461,10 +460,6 @@ impl Engine {
         if bios.is_empty() {
             return;
         }
-        let bios = self.hand_reads_to_stores(bios);
-        if bios.is_empty() {
-            return;
-        }
         let Some(uring) = &self.uring else {
             self.threads.submit(bios);
             return;
@@ -480,53 +475,26 @@ impl Engine {
         }
     }
 
-    /// Gives the reads of stores that complete reads themselves ([`Store::completes_reads`])
-    /// to their stores, each store's run of consecutive requests in one call; returns the rest.
-    fn hand_reads_to_stores(&self, bios: Vec<Bio>) -> Vec<Bio> {
-        if !bios
+    /// Hands a batch of reads for `store`, which completes reads itself
+    /// ([`Store::completes_reads`]), to the store as [`ReadRequest`]s, counted as the engine's
+    /// own requests.
+    pub(crate) fn submit_to_store(&self, store: &dyn Store, bios: Vec<Bio>) {
+        if bios.is_empty() {
+            return;
+        }
+        debug_assert!(bios
             .iter()
-            .any(|b| b.op == BioOp::Read && b.end.store().completes_reads())
-        {
-            return bios;
-        }
-        let mut rest = Vec::new();
-        let mut run: Vec<ReadRequest> = Vec::new();
-        let flush = |run: &mut Vec<ReadRequest>| {
-            let reqs = std::mem::take(run);
-            let Some(first) = reqs.first() else {
-                return;
-            };
-            let bio = first.bio.as_ref().expect("a request not yet ended");
-            // SAFETY: the store is kept by the request's `BioEnd` (boxed: moving the request
-            // does not move it), and past the requests' end by the submitter: every caller of
-            // `submit` is a method of the mapping that owns the store, which lives for the call.
-            // The reference is used for that call only.
-            let store: &'static dyn Store =
-                unsafe { std::mem::transmute::<&dyn Store, &'static dyn Store>(bio.end.store()) };
-            self.counters.started(reqs.len());
-            self.counters.batches.fetch_add(1, Ordering::Relaxed);
-            store.submit_reads(reqs);
-        };
-        for bio in bios {
-            if bio.op == BioOp::Read && bio.more.is_empty() && bio.end.store().completes_reads() {
-                let same = run.first().is_some_and(|r| {
-                    let a = r.bio.as_ref().expect("a request not yet ended").end.store()
-                        as *const dyn Store as *const u8;
-                    std::ptr::eq(a, bio.end.store() as *const dyn Store as *const u8)
-                });
-                if !same {
-                    flush(&mut run);
-                }
-                run.push(ReadRequest {
-                    bio: Some(bio),
-                    counters: self.counters.clone(),
-                });
-            } else {
-                rest.push(bio);
-            }
-        }
-        flush(&mut run);
-        rest
+            .all(|b| b.op == BioOp::Read && b.more.is_empty()));
+        self.counters.started(bios.len());
+        self.counters.batches.fetch_add(1, Ordering::Relaxed);
+        let reqs = bios
+            .into_iter()
+            .map(|bio| ReadRequest {
+                bio: Some(bio),
+                counters: self.counters.clone(),
+            })
+            .collect();
+        store.submit_reads(reqs);
     }
 
     /// Tells the engine's threads to stop once their work is done (they are not joined: the

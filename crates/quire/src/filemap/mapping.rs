@@ -40,6 +40,9 @@ pub(crate) struct Mapping {
     /// [`Store::keeps_evicted`], asked once: reclaim offers the store each clean folio it
     /// evicts (the kernel's cleancache).
     cleancache: bool,
+    /// [`Store::completes_reads`], asked once: this file's read batches go to the store itself
+    /// ([`Mapping::submit_reads`]).
+    completes_reads: bool,
     pub(crate) pages: XArray<FolioPtr>,
     /// The file's length in bytes, including data not yet written back.
     size: AtomicU64,
@@ -180,6 +183,7 @@ impl Mapping {
             tlb_spread: hit::tlb_spread(uid),
             cache,
             cleancache: store.keeps_evicted(),
+            completes_reads: store.completes_reads(),
             store,
             pages,
             size: AtomicU64::new(size),
@@ -526,6 +530,17 @@ impl Mapping {
         (self.pool().nr_frames() as u64 / 8).max(1)
     }
 
+    /// Submits a batch of this file's reads: to the store itself where it completes reads
+    /// ([`Store::completes_reads`]), else to the engine.
+    #[doc(alias = "submit_bio")]
+    pub(crate) fn submit_reads(&self, bios: Vec<Bio>) {
+        if self.completes_reads {
+            self.cache.bio.submit_to_store(&*self.store, bios);
+        } else {
+            self.cache.bio.submit(bios);
+        }
+    }
+
     /// The marker folio `f` was reached: read the stream's next window asynchronously.
     fn async_readahead(&self, ra: &Readahead, f: &Folio) {
         let first = f.index();
@@ -552,7 +567,7 @@ impl Mapping {
         })?;
         // The window but the folio the caller waits for, as one batch (the kernel's plug);
         // the caller's folio is read here meanwhile, so its errors come back typed.
-        self.cache.bio.submit(batch);
+        self.submit_reads(batch);
         match sync_guard {
             Some(mut g) => self.read_into(&mut g),
             None => Ok(()),

@@ -275,9 +275,9 @@ pub trait Store: Send + Sync {
     /// about its file (the FUSE mount's change stamp). The default does nothing.
     fn io_fd_written(&self) {}
 
-    /// Whether the store completes reads itself, asynchronously: the I/O engine then hands a
-    /// batch's reads for this store to [`Store::submit_reads`] instead of running
-    /// [`Store::read_at`] on its threads (a store over the network that keeps many requests in
+    /// Whether the store completes reads itself, asynchronously (asked once, when a file is
+    /// opened): the file's read batches then go to [`Store::submit_reads`] instead of the I/O
+    /// engine's threads running [`Store::read_at`] (a store over the network that keeps many requests in
     /// flight on its own runtime, and merges adjacent ones). The default: no.
     fn completes_reads(&self) -> bool {
         false

@@ -174,7 +174,7 @@ impl Mapping {
     fn submit_own_read(&self, g: FolioGuard<'_>, report: &ReadReport) -> Result<()> {
         match self.read_bio_reporting(g, Some(report.clone())) {
             Ok(bio) => {
-                self.cache.bio.submit(vec![bio]);
+                self.submit_reads(vec![bio]);
                 Ok(())
             }
             Err(mut g) => self.read_into(&mut g),
@@ -196,7 +196,7 @@ impl Mapping {
         if let Some(g) = wanted_guard {
             self.push_read(g, Some(report.clone()), &mut batch);
         }
-        self.cache.bio.submit(batch);
+        self.submit_reads(batch);
         Ok(())
     }
 
@@ -245,13 +245,13 @@ impl Mapping {
                     self.push_read(g, None, &mut batch);
                 })?;
                 if short {
-                    self.cache.bio.submit(batch);
+                    self.submit_reads(batch);
                     return Ok(pages);
                 }
                 at += size;
             }
         }
-        self.cache.bio.submit(batch);
+        self.submit_reads(batch);
         Ok(pages)
     }
 
