@@ -95,8 +95,22 @@ const DEPTHS: [usize; 3] = [1, 8, 32];
 const FIO_CASES: &str = "zipf-qd1, zipf-qd8, zipf-qd32, cold-seq";
 
 /// How a quire variant reads the pages of a Zipf case: every page of `pages` (page numbers, in
-/// order), each checked against its tag, with up to `depth` reads in flight.
-type ZipfReads = fn(file: &CachedFile, pages: &[u32], depth: usize) -> anyhow::Result<()>;
+/// order), each checked against its tag, with up to `depth` reads in flight. Returns what the
+/// polling thread saw, where one polls futures.
+type ZipfReads =
+    fn(file: &CachedFile, pages: &[u32], depth: usize) -> anyhow::Result<Option<Polling>>;
+
+/// What the thread polling `quire-async`'s futures saw: how long a future woken by a read's end
+/// waited for its poll, and how many futures each of its wake-ups found ready.
+#[derive(Clone, Copy, Debug, Default)]
+struct Polling {
+    /// Wake-ups (a future's waker called) followed by a poll, and their waits summed.
+    woken: u64,
+    wait_ns: u64,
+    /// Passes over the ready futures, and the futures they polled.
+    passes: u64,
+    polled: u64,
+}
 
 /// One quire variant of the Zipf cases.
 struct QuireVariant {
@@ -118,35 +132,37 @@ const QUIRE: &[QuireVariant] = &[
 ];
 
 /// `quire-sync`: one read at a time, whatever the depth.
-fn sync_reads(file: &CachedFile, pages: &[u32], _depth: usize) -> anyhow::Result<()> {
+fn sync_reads(file: &CachedFile, pages: &[u32], _depth: usize) -> anyhow::Result<Option<Polling>> {
     let mut buf = [0u8; PAGE];
     for &p in pages {
         let off = u64::from(p) * PAGE as u64;
         file.read_exact_at(off, &mut buf)?;
         ensure!(Content::check_tags(off, &buf), "wrong bytes at {off}");
     }
-    Ok(())
+    Ok(None)
 }
 
 /// `quire-async`: one thread polls `depth` futures, each reading the next page of `pages` with
 /// [`CachedFile::read_exact_at_async`] when its previous read is done — `depth` reads in
 /// flight, misses waiting in the folios' wait queues, the thread parked only when all wait.
-fn async_reads(file: &CachedFile, pages: &[u32], depth: usize) -> anyhow::Result<()> {
+/// Each waker notes when it was called, so the thread can tell how long a woken future waited
+/// for its poll.
+fn async_reads(file: &CachedFile, pages: &[u32], depth: usize) -> anyhow::Result<Option<Polling>> {
     use std::cell::Cell;
     use std::future::Future;
     use std::pin::Pin;
     use std::sync::{Arc, Mutex};
     use std::task::{Context as TaskContext, Poll, Wake, Waker};
 
-    /// Queues its slot as ready and unparks the polling thread.
+    /// Queues its slot as ready, with when, and unparks the polling thread.
     struct SlotWaker {
         slot: usize,
-        ready: Arc<Mutex<Vec<usize>>>,
+        ready: Arc<Mutex<Vec<(usize, Instant)>>>,
         thread: std::thread::Thread,
     }
     impl Wake for SlotWaker {
         fn wake(self: Arc<Self>) {
-            self.ready.lock().unwrap().push(self.slot);
+            self.ready.lock().unwrap().push((self.slot, Instant::now()));
             self.thread.unpark();
         }
     }
@@ -169,7 +185,7 @@ fn async_reads(file: &CachedFile, pages: &[u32], depth: usize) -> anyhow::Result
     let mut slots: Vec<Option<Worker<'_>>> = (0..depth.max(1))
         .map(|_| Some(Box::pin(worker()) as Worker<'_>))
         .collect();
-    let ready = Arc::new(Mutex::new((0..slots.len()).collect::<Vec<_>>()));
+    let ready = Arc::new(Mutex::new(Vec::new()));
     let wakers: Vec<Waker> = (0..slots.len())
         .map(|slot| {
             Waker::from(Arc::new(SlotWaker {
@@ -179,17 +195,29 @@ fn async_reads(file: &CachedFile, pages: &[u32], depth: usize) -> anyhow::Result
             }))
         })
         .collect();
+    let mut polling = Polling::default();
+    // Every future is polled once to start.
+    let mut now: Vec<(usize, Option<Instant>)> = (0..slots.len()).map(|s| (s, None)).collect();
     let mut left = slots.len();
     while left > 0 {
-        let now = std::mem::take(&mut *ready.lock().unwrap());
         if now.is_empty() {
-            std::thread::park();
-            continue;
+            let woken = std::mem::take(&mut *ready.lock().unwrap());
+            if woken.is_empty() {
+                std::thread::park();
+                continue;
+            }
+            now = woken.into_iter().map(|(s, t)| (s, Some(t))).collect();
         }
-        for slot in now {
+        polling.passes += 1;
+        for (slot, woke) in now.drain(..) {
             let Some(fut) = &mut slots[slot] else {
                 continue;
             };
+            if let Some(t) = woke {
+                polling.woken += 1;
+                polling.wait_ns += t.elapsed().as_nanos() as u64;
+            }
+            polling.polled += 1;
             let mut cx = TaskContext::from_waker(&wakers[slot]);
             if let Poll::Ready(r) = fut.as_mut().poll(&mut cx) {
                 r?;
@@ -198,7 +226,7 @@ fn async_reads(file: &CachedFile, pages: &[u32], depth: usize) -> anyhow::Result
             }
         }
     }
-    Ok(())
+    Ok(Some(polling))
 }
 
 /// Sizes of one run.
@@ -487,14 +515,39 @@ fn zipf_case(
         let file = cache.open(direct_store(b, path, false)?)?;
         (v.reads)(&file, &trace[..warm], depth)?;
         let before = Snapshot::take();
+        let io_before = cache.stats().io;
         let t0 = Instant::now();
-        (v.reads)(&file, &trace[warm..], depth)?;
+        let polling = (v.reads)(&file, &trace[warm..], depth)?;
         let secs = t0.elapsed().as_secs_f64();
         let d = Snapshot::take().since(&before);
+        let io = cache.stats().io.since(&io_before);
         let (missed, ahead) = (d.get(Event::PageCacheMisses), d.get(Event::Readahead));
         b.record(case, v.name, 1, "iops", ops as f64 / secs, "1/s");
         let read = (missed + ahead) as f64;
         b.record(case, v.name, 1, "miss_iops", read / secs, "1/s");
+        if io.submitted > 0 {
+            // The depth the device was asked to overlap (the engine's reads only: the blocking
+            // path reads its own misses on the caller's thread).
+            b.record(case, v.name, 1, "mean_depth", io.mean_depth(), "requests");
+        }
+        if let Some(p) = polling {
+            b.record(
+                case,
+                v.name,
+                1,
+                "wake_to_poll_us",
+                p.wait_ns as f64 / p.woken.max(1) as f64 / 1e3,
+                "us",
+            );
+            b.record(
+                case,
+                v.name,
+                1,
+                "ready_per_pass",
+                p.polled as f64 / p.passes.max(1) as f64,
+                "futures",
+            );
+        }
         b.note(format!(
             "{case} / {}: {missed} misses and {ahead} folios read ahead in {ops} reads",
             v.name

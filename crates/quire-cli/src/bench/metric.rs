@@ -52,10 +52,13 @@ impl Better {
             "daemon_rss_mib" | "index_heap_bytes_per_budget_byte" => Lower,
             // Descriptions of a run, not scores: the share of frames background reclaim keeps
             // free, the share of refaults workingset detection activated, the share of a FUSE
-            // request that is the round trip itself, the pages a trace replay evicted, and the
-            // reads per second that went to storage (as many as the cache let through).
+            // request that is the round trip itself, the pages a trace replay evicted, the
+            // reads per second that went to storage (as many as the cache let through), and how
+            // a polling thread and the I/O engine overlapped reads (the mean depth a request
+            // joined, how long a woken future waited for its poll, the futures each pass over
+            // the ready ones polled).
             "free_share_at_end" | "refaults_activated" | "round_trip_share" | "evicted_pages"
-            | "miss_iops" => Better::None,
+            | "miss_iops" | "mean_depth" | "wake_to_poll_us" | "ready_per_pass" => Better::None,
             _ => return None,
         })
     }

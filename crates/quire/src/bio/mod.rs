@@ -111,6 +111,34 @@ pub struct EngineStats {
     pub in_flight: u64,
     /// The most requests in flight at once.
     pub max_in_flight: u64,
+    /// Over every request submitted, the requests in flight as it was started, itself
+    /// included: [`EngineStats::mean_depth`] is the depth a request joins on average (what the
+    /// device is asked to overlap, as `iostat`'s queue size says for a disk).
+    pub depth_sum: u64,
+}
+
+impl EngineStats {
+    /// The mean depth a request joined (`depth_sum / submitted`); 0 before any request.
+    pub fn mean_depth(&self) -> f64 {
+        if self.submitted == 0 {
+            0.0
+        } else {
+            self.depth_sum as f64 / self.submitted as f64
+        }
+    }
+
+    /// What happened between `earlier` and `self` (counts only; `in_flight` and
+    /// `max_in_flight` are `self`'s).
+    pub fn since(&self, earlier: &EngineStats) -> EngineStats {
+        EngineStats {
+            submitted: self.submitted - earlier.submitted,
+            batches: self.batches - earlier.batches,
+            resubmitted: self.resubmitted - earlier.resubmitted,
+            errors: self.errors - earlier.errors,
+            depth_sum: self.depth_sum - earlier.depth_sum,
+            ..*self
+        }
+    }
 }
 
 /// The direction of a request.
@@ -281,13 +309,18 @@ struct Counters {
     errors: AtomicU64,
     in_flight: AtomicU64,
     max_in_flight: AtomicU64,
+    depth_sum: AtomicU64,
 }
 
 impl Counters {
     fn started(&self, n: usize) {
-        self.submitted.fetch_add(n as u64, Ordering::Relaxed);
-        let now = self.in_flight.fetch_add(n as u64, Ordering::Relaxed) + n as u64;
-        self.max_in_flight.fetch_max(now, Ordering::Relaxed);
+        let n = n as u64;
+        self.submitted.fetch_add(n, Ordering::Relaxed);
+        let before = self.in_flight.fetch_add(n, Ordering::Relaxed);
+        self.max_in_flight.fetch_max(before + n, Ordering::Relaxed);
+        // The k-th of the batch joins `before + k` requests in flight.
+        self.depth_sum
+            .fetch_add(n * before + n * (n + 1) / 2, Ordering::Relaxed);
     }
 
     fn ended(&self, failed: bool) {
@@ -305,6 +338,7 @@ impl Counters {
             errors: self.errors.load(Ordering::Relaxed),
             in_flight: self.in_flight.load(Ordering::Relaxed),
             max_in_flight: self.max_in_flight.load(Ordering::Relaxed),
+            depth_sum: self.depth_sum.load(Ordering::Relaxed),
         }
     }
 }

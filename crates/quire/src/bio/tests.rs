@@ -148,6 +148,13 @@ fn io_uring_registers_the_frames_and_keeps_many_in_flight() {
     let s = engine.stats();
     // One batch: every request was submitted before the first completion was reaped.
     assert_eq!(s.max_in_flight, pages as u64, "{s:?}");
+    // The k-th request of the one batch joined k in flight: mean depth (pages + 1) / 2.
+    let n = pages as u64;
+    assert_eq!(s.depth_sum, n * (n + 1) / 2, "{s:?}");
+    assert!(
+        (s.mean_depth() - (n + 1) as f64 / 2.0).abs() < 1e-9,
+        "{s:?}"
+    );
     assert!(s.batches <= 2, "{s:?}");
     engine.stop();
 }
