@@ -6,9 +6,17 @@
 //! through `O_DIRECT` stores so that every miss is real I/O, and removes them at the end.
 //!
 //! Variants of each case:
-//! - `clock`: [`ReclaimPolicy::Clock`], the reclaim quire had before (the "before" column);
+//! - `clock`: [`ReclaimPolicy::Clock`], quire's first reclaim;
 //! - `lru`: LRU lists and background reclaim, workingset detection off;
-//! - `lru-workingset`: the default (the "after" column);
+//! - `lru-workingset`: the LRU lists with workingset detection (the "before" column);
+//! - `multigen`: [`ReclaimPolicy::MultiGen`], the multi-generational LRU, loop protection off;
+//! - `multigen-loop`: the multi-generational LRU with loop protection (`CacheConfig::new`'s
+//!   configuration);
+//! - `multigen-loop-4k`: the same with order-0 folios only (`max_folio_order` 0): the policy
+//!   at page granularity, as the cache libraries it is compared with keep entries, without
+//!   what large folios cost a loop (a stream's 2 MiB folios on probation, and the free frames
+//!   background reclaim keeps for 2 MiB allocations);
+//! - `default`: the figures of whichever variant `CacheConfig::new` gives (the "after" column);
 //! - `kernel`: the same accesses as buffered reads by a child process in a memory cgroup (v1)
 //!   limited to the same budget (`kernel.rs`); "skipped: why" where that cannot be had;
 //! - `opt`: Belady's optimal replacement over the same page trace, with room for the budget
@@ -97,6 +105,8 @@ pub(crate) struct Variant {
     policy: ReclaimPolicy,
     workingset: bool,
     loop_protection: bool,
+    /// The largest folio order, where not the default's.
+    max_folio_order: Option<u32>,
 }
 
 impl Variant {
@@ -106,6 +116,9 @@ impl Variant {
         cfg.reclaim = self.policy;
         cfg.workingset = self.workingset;
         cfg.loop_protection = self.loop_protection;
+        if let Some(order) = self.max_folio_order {
+            cfg.max_folio_order = order;
+        }
         cfg
     }
 
@@ -113,8 +126,17 @@ impl Variant {
     /// are also reported under the variant name `default`.
     pub(crate) fn is_default(&self) -> bool {
         let d = CacheConfig::new(1 << 20);
-        (d.reclaim, d.workingset, d.loop_protection)
-            == (self.policy, self.workingset, self.loop_protection)
+        (
+            d.reclaim,
+            d.workingset,
+            d.loop_protection,
+            d.max_folio_order,
+        ) == (
+            self.policy,
+            self.workingset,
+            self.loop_protection,
+            self.max_folio_order.unwrap_or(d.max_folio_order),
+        )
     }
 }
 
@@ -125,30 +147,42 @@ pub(crate) const QUIRE: &[Variant] = &[
         policy: ReclaimPolicy::Clock,
         workingset: false,
         loop_protection: false,
+        max_folio_order: None,
     },
     Variant {
         name: "lru",
         policy: ReclaimPolicy::Lru,
         workingset: false,
         loop_protection: false,
+        max_folio_order: None,
     },
     Variant {
         name: "lru-workingset",
         policy: ReclaimPolicy::Lru,
         workingset: true,
         loop_protection: false,
+        max_folio_order: None,
     },
     Variant {
         name: "multigen",
         policy: ReclaimPolicy::MultiGen,
         workingset: true,
         loop_protection: false,
+        max_folio_order: None,
     },
     Variant {
         name: "multigen-loop",
         policy: ReclaimPolicy::MultiGen,
         workingset: true,
         loop_protection: true,
+        max_folio_order: None,
+    },
+    Variant {
+        name: "multigen-loop-4k",
+        policy: ReclaimPolicy::MultiGen,
+        workingset: true,
+        loop_protection: true,
+        max_folio_order: Some(0),
     },
 ];
 
@@ -160,6 +194,7 @@ pub(crate) const VARIANTS: &[&str] = &[
     "lru-workingset",
     "multigen",
     "multigen-loop",
+    "multigen-loop-4k",
     "default",
     "kernel",
     "opt",
@@ -175,6 +210,7 @@ pub(crate) const TRACE_VARIANTS: &[&str] = &[
     "lru-workingset",
     "multigen",
     "multigen-loop",
+    "multigen-loop-4k",
     "default",
     "opt",
 ];
