@@ -56,7 +56,8 @@
 //! | the folio | its claim | where it goes |
 //! |---|---|---|
 //! | a first read while the cache is still filling (reclaim has not run since a quarter of the frames were last free) | none needed: there is room | generations (normal), as LIRS fills its resident set |
-//! | a first read, or a refault beyond the type's resident frames, once the cache is full | none: no reuse seen within the cache's reach | its type's *probation* list |
+//! | a first read once the cache is full | none: no use seen | its type's *probation* list |
+//! | a refault beyond the type's resident frames | none its shadow can still tell | generations (normal), as a new folio |
 //! | a refault within reach that had been used again before its eviction (`n` ≥ 1, `WORKINGSET` included), or whose tier is protected | a reuse shorter than the cache | generations (normal, or youngest) |
 //! | a refault within reach with no reuse recorded (`n` = 0) | a *candidate*: it competes with the resident reclaim would take next, the tail of the oldest non-empty generation | generations if that resident is idle; else probation — the resident, used since reclaim last looked, keeps its place, its `REFERENCED` cleared and moved a generation up (a clock hand that advances one folio per candidate turned away, so residents that stop being used lose their claim) |
 //!
