@@ -38,6 +38,17 @@ fn metrics(r: &serde_json::Value, case: &str, variant: &str) -> BTreeSet<(String
         .collect()
 }
 
+/// The value of `metric` of (case, variant) in the report.
+fn value(r: &serde_json::Value, case: &str, variant: &str, metric: &str) -> f64 {
+    r["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["case"] == case && x["variant"] == variant && x["metric"] == metric)
+        .and_then(|x| x["value"].as_f64())
+        .unwrap_or_else(|| panic!("no {metric} for {case} / {variant}"))
+}
+
 fn set(items: &[(&str, &str)]) -> BTreeSet<(String, String)> {
     items
         .iter()
@@ -77,12 +88,27 @@ fn quick_run_is_well_formed() {
     }
 
     let zipf = set(&[("iops", "1/s"), ("miss_iops", "1/s")]);
+    // quire-async also says how its polling thread and the engine overlapped the reads.
+    let zipf_async = set(&[
+        ("iops", "1/s"),
+        ("miss_iops", "1/s"),
+        ("mean_depth", "requests"),
+        ("wake_to_poll_us", "us"),
+        ("ready_per_pass", "futures"),
+    ]);
     let seq = set(&[("mb_per_s", "MiB/s")]);
     let fsync = set(&[("seconds", "s")]);
     // quire-sync and quire-async run everywhere (quire-async in the Zipf cases only).
     for case in ZIPF {
         assert_eq!(metrics(&r, case, "quire-sync"), zipf, "{case}");
-        assert_eq!(metrics(&r, case, "quire-async"), zipf, "{case}");
+        assert_eq!(metrics(&r, case, "quire-async"), zipf_async, "{case}");
+        // Each future has at most one miss in flight: the engine's requests join between 1 and
+        // the case's depth in flight, and a pass polls between 1 and that many futures.
+        let depth: f64 = case.trim_start_matches("zipf-qd").parse().unwrap();
+        for metric in ["mean_depth", "ready_per_pass"] {
+            let v = value(&r, case, "quire-async", metric);
+            assert!((1.0..=depth).contains(&v), "{case} {metric} {v}");
+        }
         assert!(stdout.contains(&format!("inflight / {case}")), "{stdout}");
     }
     assert_eq!(metrics(&r, "cold-seq", "quire-sync"), seq);
