@@ -56,6 +56,11 @@
 //!   its read to the I/O engine and waits in the folio's wait queue while the thread polls the
 //!   others.
 //!
+//! - `quire-local` (Zipf cases only): `quire-async`'s polling thread with its own ring
+//!   ([`ThreadRing`]): the misses its futures await are submitted there, and when all wait the
+//!   thread sleeps in that ring and runs the completions itself (no engine thread between the
+//!   device and the futures).
+//!
 //! To add a quire variant of the Zipf cases: write one [`ZipfReads`] function, add its row to
 //! [`QUIRE`] and its name to [`VARIANTS`].
 
@@ -66,6 +71,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context};
+use quire::bio::{ThreadRing, Unparker};
 use quire::filemap::{CacheConfig, CachedFile, PageCache};
 use quire::stats::{Event, Snapshot};
 
@@ -85,7 +91,13 @@ pub const SUITE: Suite = Suite {
 };
 
 /// The suite's variants: the rows of [`QUIRE`], then the fio ones.
-const VARIANTS: &[&str] = &["quire-sync", "quire-async", "kernel", "device"];
+const VARIANTS: &[&str] = &[
+    "quire-sync",
+    "quire-async",
+    "quire-local",
+    "kernel",
+    "device",
+];
 
 /// Reads in flight in the Zipf cases.
 const DEPTHS: [usize; 3] = [1, 8, 32];
@@ -129,6 +141,10 @@ const QUIRE: &[QuireVariant] = &[
         name: "quire-async",
         reads: async_reads,
     },
+    QuireVariant {
+        name: "quire-local",
+        reads: local_reads,
+    },
 ];
 
 /// `quire-sync`: one read at a time, whatever the depth.
@@ -148,6 +164,23 @@ fn sync_reads(file: &CachedFile, pages: &[u32], _depth: usize) -> anyhow::Result
 /// Each waker notes when it was called, so the thread can tell how long a woken future waited
 /// for its poll.
 fn async_reads(file: &CachedFile, pages: &[u32], depth: usize) -> anyhow::Result<Option<Polling>> {
+    poll_reads(file, pages, depth, None)
+}
+
+/// `quire-local`: `quire-async`'s thread with its own ring ([`ThreadRing`]): the futures'
+/// misses go to it, the thread parks in it and runs their completions itself.
+fn local_reads(file: &CachedFile, pages: &[u32], depth: usize) -> anyhow::Result<Option<Polling>> {
+    let ring = ThreadRing::current().context("this thread cannot have an io_uring")?;
+    poll_reads(file, pages, depth, Some(&ring))
+}
+
+/// The polling thread of `quire-async` (`ring` `None`) and `quire-local`.
+fn poll_reads(
+    file: &CachedFile,
+    pages: &[u32],
+    depth: usize,
+    ring: Option<&ThreadRing>,
+) -> anyhow::Result<Option<Polling>> {
     use std::cell::Cell;
     use std::future::Future;
     use std::pin::Pin;
@@ -159,11 +192,15 @@ fn async_reads(file: &CachedFile, pages: &[u32], depth: usize) -> anyhow::Result
         slot: usize,
         ready: Arc<Mutex<Vec<(usize, Instant)>>>,
         thread: std::thread::Thread,
+        ring: Option<Unparker>,
     }
     impl Wake for SlotWaker {
         fn wake(self: Arc<Self>) {
             self.ready.lock().unwrap().push((self.slot, Instant::now()));
-            self.thread.unpark();
+            match &self.ring {
+                Some(u) => u.unpark(),
+                None => self.thread.unpark(),
+            }
         }
     }
 
@@ -192,6 +229,7 @@ fn async_reads(file: &CachedFile, pages: &[u32], depth: usize) -> anyhow::Result
                 slot,
                 ready: ready.clone(),
                 thread: std::thread::current(),
+                ring: ring.map(|r| r.unparker()),
             }))
         })
         .collect();
@@ -201,9 +239,16 @@ fn async_reads(file: &CachedFile, pages: &[u32], depth: usize) -> anyhow::Result
     let mut left = slots.len();
     while left > 0 {
         if now.is_empty() {
+            if let Some(r) = ring {
+                // Completions that arrived during the pass.
+                r.reap();
+            }
             let woken = std::mem::take(&mut *ready.lock().unwrap());
             if woken.is_empty() {
-                std::thread::park();
+                match ring {
+                    Some(r) => r.park(),
+                    None => std::thread::park(),
+                }
                 continue;
             }
             now = woken.into_iter().map(|(s, t)| (s, Some(t))).collect();
@@ -219,7 +264,11 @@ fn async_reads(file: &CachedFile, pages: &[u32], depth: usize) -> anyhow::Result
             }
             polling.polled += 1;
             let mut cx = TaskContext::from_waker(&wakers[slot]);
-            if let Poll::Ready(r) = fut.as_mut().poll(&mut cx) {
+            let polled = match ring {
+                Some(r) => r.enter(|| fut.as_mut().poll(&mut cx)),
+                None => fut.as_mut().poll(&mut cx),
+            };
+            if let Poll::Ready(r) = polled {
                 r?;
                 slots[slot] = None;
                 left -= 1;
@@ -511,6 +560,12 @@ fn zipf_case(
     let wanted: Vec<&QuireVariant> = QUIRE.iter().filter(|v| b.wants(v.name)).collect();
     for v in wanted {
         b.step(&format!("{case} / {}", v.name));
+        if v.name == "quire-local" && ThreadRing::current().is_none() {
+            b.note(format!(
+                "{case} / quire-local: skipped: this thread cannot have an io_uring of its own"
+            ));
+            continue;
+        }
         let cache = PageCache::new(CacheConfig::new(sz.budget as usize))?;
         let file = cache.open(direct_store(b, path, false)?)?;
         (v.reads)(&file, &trace[..warm], depth)?;

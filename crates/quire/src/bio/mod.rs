@@ -16,6 +16,10 @@
 //! | [`IoEngineKind::IoUring`] | the kernel gives this process an io_uring ([`IoEngineChoice::Auto`] or `IoUring`) | a batch is one `io_uring_enter`; one reaper thread waits for completions and runs `end_io`; short transfers and `EINTR`/`EAGAIN` are resubmitted from there. The pool's frames are registered as fixed buffers where the kernel allows (no page pinning per request). Requests for stores without a file descriptor ([`Store::io_fd`] is `None`: user stores, [`crate::store::MemStore`], [`crate::store::FaultyStore`]) go to the threads below. |
 //! | [`IoEngineKind::Threads`] | io_uring is refused (`kernel.io_uring_disabled`, seccomp, `EPERM`, an old kernel) or `Threads` is asked for | a few blocking threads ([`crate::CacheConfig::io_threads`]) take requests from a queue and call the store's `read_at`/`write_at`; with 0 threads a batch runs on the submitter. |
 //!
+//! Beside the engine, a thread may have its own ring ([`ThreadRing`]): the reads its futures
+//! await go there, and it runs their ends itself when it parks (see [`local`]'s documentation
+//! for why and for the rules that keep that safe).
+//!
 //! The engine is chosen when the cache is made and never changes; [`EngineInfo`] says which and
 //! why (in [`crate::CacheStats`]). `QUIRE_IO_ENGINE=threads` (or `io_uring`, `auto`) in the
 //! environment overrides [`crate::CacheConfig::io_engine`]'s default, so a whole test run can
@@ -33,8 +37,11 @@
 //! - The number of requests in flight is bounded by the ring's completion queue; a submitter
 //!   that finds it full waits for completions (the kernel's request-queue depth).
 
+pub mod local;
 mod threads;
 mod uring;
+
+pub use local::{ThreadRing, Unparker};
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -115,6 +122,9 @@ pub struct EngineStats {
     /// included: [`EngineStats::mean_depth`] is the depth a request joins on average (what the
     /// device is asked to overlap, as `iostat`'s queue size says for a disk).
     pub depth_sum: u64,
+    /// Requests submitted to the awaiting thread's own ring ([`ThreadRing`]) rather than the
+    /// engine's (counted in `submitted` too).
+    pub local: u64,
 }
 
 impl EngineStats {
@@ -134,6 +144,7 @@ impl EngineStats {
             submitted: self.submitted - earlier.submitted,
             batches: self.batches - earlier.batches,
             resubmitted: self.resubmitted - earlier.resubmitted,
+            local: self.local - earlier.local,
             errors: self.errors - earlier.errors,
             depth_sum: self.depth_sum - earlier.depth_sum,
             ..*self
@@ -310,6 +321,7 @@ struct Counters {
     in_flight: AtomicU64,
     max_in_flight: AtomicU64,
     depth_sum: AtomicU64,
+    local: AtomicU64,
 }
 
 impl Counters {
@@ -339,6 +351,7 @@ impl Counters {
             in_flight: self.in_flight.load(Ordering::Relaxed),
             max_in_flight: self.max_in_flight.load(Ordering::Relaxed),
             depth_sum: self.depth_sum.load(Ordering::Relaxed),
+            local: self.local.load(Ordering::Relaxed),
         }
     }
 }
@@ -506,6 +519,20 @@ impl Engine {
         }
         if !ring.is_empty() {
             uring.submit(ring);
+        }
+    }
+
+    /// Submits `bio`, a read the calling thread awaits: to the thread's own ring where a
+    /// [`ThreadRing::enter`] runs on it (io_uring engine, a store with a file descriptor),
+    /// else as [`submit`](Self::submit) does.
+    pub(crate) fn submit_awaited(&self, bio: Bio) {
+        let bio = if self.uring.is_some() && bio.end.store().io_fd().is_some() {
+            local::submit_awaited(bio, &self.counters)
+        } else {
+            Some(bio)
+        };
+        if let Some(bio) = bio {
+            self.submit(vec![bio]);
         }
     }
 

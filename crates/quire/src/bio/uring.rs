@@ -46,14 +46,14 @@ const FIXED_CHUNK: usize = 1 << 30;
 const WAKE: u64 = 0;
 
 /// `user_data` of the reaper's wait on the doorbell.
-const DOORBELL: u64 = 1;
+pub(super) const DOORBELL: u64 = 1;
 
 /// `futex2` flags of the doorbell: a 32-bit, process-private futex.
-const FUTEX2_SIZE_U32: u32 = 0x02;
-const FUTEX2_PRIVATE: u32 = 128;
+pub(super) const FUTEX2_SIZE_U32: u32 = 0x02;
+pub(super) const FUTEX2_PRIVATE: u32 = 128;
 
 /// The pool's frames as fixed buffers.
-struct Fixed {
+pub(super) struct Fixed {
     base: usize,
     len: usize,
 }
@@ -230,7 +230,7 @@ impl Uring {
 /// Checks a fresh ring: a no-op must complete (seccomp filters may allow the setup and not
 /// the rest; an error then); returns whether the kernel has `IORING_OP_FUTEX_WAIT` (a wait for
 /// a value the word does not hold completes at once with `EAGAIN`).
-fn probe(ring: &IoUring) -> std::io::Result<bool> {
+pub(super) fn probe(ring: &IoUring) -> std::io::Result<bool> {
     let word = AtomicU32::new(0);
     let nop = opcode::Nop::new().build().user_data(u64::MAX);
     let wait = opcode::FutexWait::new(
@@ -293,49 +293,9 @@ impl Shared {
         }
     }
 
-    /// The entry for the rest of `inf`.
-    fn entry(&self, inf: &mut InFlight) -> squeue::Entry {
-        let fd = types::Fd(
-            inf.bio
-                .end
-                .store()
-                .io_fd()
-                .expect("only requests with a descriptor reach the ring")
-                .as_raw_fd(),
-        );
-        if inf.vectored() {
-            // Several folios in one request (a write-back's merge): `writev` of what is left,
-            // the iovecs kept in the request until it completes.
-            let offset = inf.rest_iov();
-            let n = inf.iov.len() as u32;
-            return match inf.bio.op {
-                BioOp::Write => opcode::Writev::new(fd, inf.iov.as_ptr(), n)
-                    .offset(offset)
-                    .build(),
-                BioOp::Read => opcode::Readv::new(fd, inf.iov.as_ptr(), n)
-                    .offset(offset)
-                    .build(),
-            };
-        }
-        let (offset, buf, len) = inf.rest();
-        // Requests are folios (2 MiB at most); a longer one would go on as a short transfer.
-        let len32 = len.min(1 << 30) as u32;
-        let fixed = self.fixed.as_ref().and_then(|f| f.index(buf, len));
-        match (inf.bio.op, fixed) {
-            (BioOp::Read, Some(i)) => opcode::ReadFixed::new(fd, buf, len32, i)
-                .offset(offset)
-                .build(),
-            (BioOp::Read, None) => opcode::Read::new(fd, buf, len32).offset(offset).build(),
-            (BioOp::Write, Some(i)) => opcode::WriteFixed::new(fd, buf, len32, i)
-                .offset(offset)
-                .build(),
-            (BioOp::Write, None) => opcode::Write::new(fd, buf, len32).offset(offset).build(),
-        }
-    }
-
     /// Queues `inf` (the caller holds `sq`).
     fn push(&self, mut inf: Box<InFlight>) {
-        let e = self.entry(&mut inf);
+        let e = entry(&mut inf, self.fixed.as_ref());
         let e = e.user_data(Box::into_raw(inf) as u64);
         self.push_entry(&e);
     }
@@ -383,18 +343,7 @@ impl Shared {
 
     /// What a completion of `res` means for `inf`.
     fn complete(&self, mut inf: Box<InFlight>, res: i32) {
-        let next = if res >= 0 {
-            inf.advance(res as usize)
-        } else if res == -libc::EINTR || res == -libc::EAGAIN {
-            Next::Again
-        } else {
-            let (offset, _, _) = inf.rest();
-            Next::Done(Err(StoreError::errno(
-                inf.op(),
-                offset,
-                rustix::io::Errno::from_raw_os_error(-res),
-            )))
-        };
+        let next = outcome(&mut inf, res);
         match next {
             Next::Again => {
                 self.counters
@@ -411,6 +360,64 @@ impl Shared {
                 inf.finish(r);
             }
         }
+    }
+}
+
+/// The entry for the rest of `inf`: a fixed-buffer read or write where its frames lie in one of
+/// `fixed`'s buffers.
+pub(super) fn entry(inf: &mut InFlight, fixed: Option<&Fixed>) -> squeue::Entry {
+    let fd = types::Fd(
+        inf.bio
+            .end
+            .store()
+            .io_fd()
+            .expect("only requests with a descriptor reach the ring")
+            .as_raw_fd(),
+    );
+    if inf.vectored() {
+        // Several folios in one request (a write-back's merge): `writev` of what is left,
+        // the iovecs kept in the request until it completes.
+        let offset = inf.rest_iov();
+        let n = inf.iov.len() as u32;
+        return match inf.bio.op {
+            BioOp::Write => opcode::Writev::new(fd, inf.iov.as_ptr(), n)
+                .offset(offset)
+                .build(),
+            BioOp::Read => opcode::Readv::new(fd, inf.iov.as_ptr(), n)
+                .offset(offset)
+                .build(),
+        };
+    }
+    let (offset, buf, len) = inf.rest();
+    // Requests are folios (2 MiB at most); a longer one would go on as a short transfer.
+    let len32 = len.min(1 << 30) as u32;
+    let fixed = fixed.and_then(|f| f.index(buf, len));
+    match (inf.bio.op, fixed) {
+        (BioOp::Read, Some(i)) => opcode::ReadFixed::new(fd, buf, len32, i)
+            .offset(offset)
+            .build(),
+        (BioOp::Read, None) => opcode::Read::new(fd, buf, len32).offset(offset).build(),
+        (BioOp::Write, Some(i)) => opcode::WriteFixed::new(fd, buf, len32, i)
+            .offset(offset)
+            .build(),
+        (BioOp::Write, None) => opcode::Write::new(fd, buf, len32).offset(offset).build(),
+    }
+}
+
+/// What a completion of `res` (bytes moved, or `-errno`) means for `inf`: `EINTR` and `EAGAIN`
+/// are tried again, a short transfer goes on under [`InFlight::advance`]'s rules.
+pub(super) fn outcome(inf: &mut InFlight, res: i32) -> Next {
+    if res >= 0 {
+        inf.advance(res as usize)
+    } else if res == -libc::EINTR || res == -libc::EAGAIN {
+        Next::Again
+    } else {
+        let (offset, _, _) = inf.rest();
+        Next::Done(Err(StoreError::errno(
+            inf.op(),
+            offset,
+            rustix::io::Errno::from_raw_os_error(-res),
+        )))
     }
 }
 

@@ -1,6 +1,10 @@
 //! A minimal executor for the asynchronous reads: runs one future to completion on the calling
 //! thread, parking it while the future waits. For synchronous callers, tests and examples; an
 //! application with a runtime (tokio, smol, ...) awaits the futures there instead.
+//!
+//! Where the thread can have its own ring ([`crate::bio::ThreadRing`]), the reads the future
+//! awaits go there and the thread parks in it: a completion wakes this thread directly instead
+//! of the engine's reaper, which would then wake this thread.
 
 use std::future::Future;
 use std::pin::pin;
@@ -28,6 +32,16 @@ impl Wake for Unpark {
 /// ```
 pub fn block_on<F: Future>(fut: F) -> F::Output {
     let mut fut = pin!(fut);
+    if let Some(ring) = crate::bio::ThreadRing::current() {
+        let waker = ring.waker();
+        let mut cx = Context::from_waker(&waker);
+        loop {
+            if let Poll::Ready(out) = ring.enter(|| fut.as_mut().poll(&mut cx)) {
+                return out;
+            }
+            ring.park();
+        }
+    }
     let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
     let mut cx = Context::from_waker(&waker);
     loop {

@@ -541,6 +541,17 @@ impl Mapping {
         }
     }
 
+    /// Submits the read of a folio the calling thread awaits (an asynchronous read's own
+    /// folio): to the store where it completes reads, else to the engine, which may put it on
+    /// the thread's own ring ([`crate::bio::ThreadRing`]).
+    pub(crate) fn submit_awaited_read(&self, bio: Bio) {
+        if self.completes_reads {
+            self.cache.bio.submit_to_store(&*self.store, vec![bio]);
+        } else {
+            self.cache.bio.submit_awaited(bio);
+        }
+    }
+
     /// The marker folio `f` was reached: read the stream's next window asynchronously.
     fn async_readahead(&self, ra: &Readahead, f: &Folio) {
         let first = f.index();

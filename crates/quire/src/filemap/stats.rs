@@ -126,6 +126,7 @@ impl std::fmt::Display for CacheStats {
         writeln!(f, "io_in_flight {}", io.in_flight)?;
         writeln!(f, "io_max_in_flight {}", io.max_in_flight)?;
         writeln!(f, "io_depth_sum {}", io.depth_sum)?;
+        writeln!(f, "io_local {}", io.local)?;
         write!(f, "{}", self.vmstat)
     }
 }

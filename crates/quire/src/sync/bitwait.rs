@@ -88,6 +88,17 @@ pub const WAITERS: u64 = 1 << 1;
 /// How many races a woken locker may lose before it asks for the lock to be handed to it.
 static LOCK_UNFAIRNESS: StdAtomicU32 = StdAtomicU32::new(5);
 
+/// Run by a thread before it waits in the slow path: a layer above that may have made this
+/// thread the only one able to end what it is about to wait for gets it done first (`bio`'s
+/// thread rings: a thread's ring runs its requests' ends only when the thread reaps it). Set
+/// once; the function checks cheaply whether it has anything to do.
+static BEFORE_SLEEP: std::sync::OnceLock<fn()> = std::sync::OnceLock::new();
+
+/// Sets the hook run before a thread waits in the slow path (the first setting stays).
+pub(crate) fn set_before_sleep(f: fn()) {
+    let _ = BEFORE_SLEEP.set(f);
+}
+
 /// Sets how many races a woken locker may lose before the lock is handed to it (the kernel's
 /// `page_lock_unfairness`). Zero hands the lock off on the first wake-up; the default is 5.
 pub fn set_lock_unfairness(n: u32) {
@@ -535,6 +546,9 @@ fn wait_slow(
         }
     });
     debug_assert!(waiter.cancel.is_null() || cancel.is_some());
+    if let Some(before_sleep) = BEFORE_SLEEP.get() {
+        before_sleep();
+    }
     let mut woken = false;
     let mut lost_races = 0u32;
     loop {

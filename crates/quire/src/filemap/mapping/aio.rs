@@ -174,7 +174,7 @@ impl Mapping {
     fn submit_own_read(&self, g: FolioGuard<'_>, report: &ReadReport) -> Result<()> {
         match self.read_bio_reporting(g, Some(report.clone())) {
             Ok(bio) => {
-                self.submit_reads(vec![bio]);
+                self.submit_awaited_read(bio);
                 Ok(())
             }
             Err(mut g) => self.read_into(&mut g),
@@ -193,10 +193,16 @@ impl Mapping {
                 self.push_read(g, None, &mut batch);
             }
         })?;
-        if let Some(g) = wanted_guard {
-            self.push_read(g, Some(report.clone()), &mut batch);
-        }
+        // The rest of the window goes to the engine as one batch; the wanted folio is the
+        // awaited read (it may go to this thread's own ring).
         self.submit_reads(batch);
+        if let Some(g) = wanted_guard {
+            let mut own = Vec::with_capacity(1);
+            self.push_read(g, Some(report.clone()), &mut own);
+            for bio in own {
+                self.submit_awaited_read(bio);
+            }
+        }
         Ok(())
     }
 
