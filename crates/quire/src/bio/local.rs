@@ -50,9 +50,9 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::task::{Wake, Waker};
 
-use io_uring::{opcode, IoUring};
+use io_uring::IoUring;
 
-use super::uring::{entry, outcome, probe, DOORBELL, FUTEX2_PRIVATE, FUTEX2_SIZE_U32};
+use super::uring::{entry, futex_wait_entry, futex_wake, outcome, probe, try_push, DOORBELL};
 use super::{Bio, Counters, InFlight, Next};
 
 /// Submission queue entries of a thread's ring; the completion queue is twice as large.
@@ -73,15 +73,7 @@ impl Bell {
         self.notified.store(true, Ordering::SeqCst);
         if self.asleep.swap(false, Ordering::SeqCst) {
             self.word.fetch_add(1, Ordering::SeqCst);
-            // SAFETY: FUTEX_WAKE on a live u32 of ours; it reads nothing else.
-            unsafe {
-                libc::syscall(
-                    libc::SYS_futex,
-                    self.word.as_ptr(),
-                    libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
-                    1,
-                );
-            }
+            futex_wake(&self.word);
         }
     }
 }
@@ -268,14 +260,9 @@ impl Local {
     fn push_entry(&self, e: &io_uring::squeue::Entry) {
         loop {
             // SAFETY: only this thread uses the ring (it is the thread's, and `Local` is not
-            // `Send`); the entry's buffer is frame memory its request keeps until it completes.
-            let pushed = unsafe {
-                let mut sq = self.ring.submission_shared();
-                let r = sq.push(e);
-                sq.sync();
-                r
-            };
-            if pushed.is_ok() {
+            // `Send`); the entry's buffer is frame memory its request keeps until it completes,
+            // and the doorbell's word lives in `bell` until its wait has completed (`Drop`).
+            if unsafe { try_push(&self.ring, e) } {
                 self.queued.set(self.queued.get() + 1);
                 return;
             }
@@ -400,14 +387,7 @@ impl Local {
             // Read before `asleep` is set and `notified` checked: see the module docs.
             let val = bell.word.load(Ordering::SeqCst);
             if !self.armed.get() {
-                let e = opcode::FutexWait::new(
-                    bell.word.as_ptr(),
-                    u64::from(val),
-                    u64::from(u32::MAX),
-                    FUTEX2_SIZE_U32 | FUTEX2_PRIVATE,
-                )
-                .build()
-                .user_data(DOORBELL);
+                let e = futex_wait_entry(&bell.word, val).user_data(DOORBELL);
                 self.push_entry(&e);
                 self.armed.set(true);
             }

@@ -49,8 +49,8 @@ const WAKE: u64 = 0;
 pub(super) const DOORBELL: u64 = 1;
 
 /// `futex2` flags of the doorbell: a 32-bit, process-private futex.
-pub(super) const FUTEX2_SIZE_U32: u32 = 0x02;
-pub(super) const FUTEX2_PRIVATE: u32 = 128;
+const FUTEX2_SIZE_U32: u32 = 0x02;
+const FUTEX2_PRIVATE: u32 = 128;
 
 /// The pool's frames as fixed buffers.
 pub(super) struct Fixed {
@@ -266,30 +266,11 @@ pub(super) fn probe(ring: &IoUring) -> std::io::Result<bool> {
 }
 
 impl Shared {
-    /// A wait on the doorbell while it holds `val`.
-    fn futex_wait(&self, val: u32) -> squeue::Entry {
-        opcode::FutexWait::new(
-            self.doorbell.as_ptr(),
-            u64::from(val),
-            u64::from(u32::MAX),
-            FUTEX2_SIZE_U32 | FUTEX2_PRIVATE,
-        )
-        .build()
-    }
-
     /// Wakes the reaper if it sleeps (or is about to): bumps the doorbell and wakes its futex.
     fn ring_doorbell(&self) {
         if self.asleep.swap(false, Ordering::SeqCst) {
             self.doorbell.fetch_add(1, Ordering::SeqCst);
-            // SAFETY: FUTEX_WAKE on a live u32 of ours; it reads nothing else.
-            unsafe {
-                libc::syscall(
-                    libc::SYS_futex,
-                    self.doorbell.as_ptr(),
-                    libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
-                    1,
-                );
-            }
+            futex_wake(&self.doorbell);
         }
     }
 
@@ -306,13 +287,7 @@ impl Shared {
         loop {
             // SAFETY: `sq` is held, so no other thread uses the submission queue; the entry's
             // buffer is frame memory its request keeps until it completes (module docs).
-            let pushed = unsafe {
-                let mut sq = self.ring.submission_shared();
-                let r = sq.push(e);
-                sq.sync();
-                r
-            };
-            if pushed.is_ok() {
+            if unsafe { try_push(&self.ring, e) } {
                 return;
             }
             self.enter();
@@ -360,6 +335,46 @@ impl Shared {
                 inf.finish(r);
             }
         }
+    }
+}
+
+/// A wait on the futex `word` while it holds `val` (a doorbell's wait).
+pub(super) fn futex_wait_entry(word: &AtomicU32, val: u32) -> squeue::Entry {
+    opcode::FutexWait::new(
+        word.as_ptr(),
+        u64::from(val),
+        u64::from(u32::MAX),
+        FUTEX2_SIZE_U32 | FUTEX2_PRIVATE,
+    )
+    .build()
+}
+
+/// Wakes one waiter on the futex `word` (a doorbell's wait).
+pub(super) fn futex_wake(word: &AtomicU32) {
+    // SAFETY: FUTEX_WAKE on a live u32; it reads nothing else.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+            1,
+        );
+    }
+}
+
+/// Pushes `e` on `ring`'s submission queue and publishes it; false where the queue is full.
+///
+/// # Safety
+///
+/// No other thread uses the ring's submission queue meanwhile, and the memory `e` refers to
+/// stays valid until its completion is reaped.
+pub(super) unsafe fn try_push(ring: &IoUring, e: &squeue::Entry) -> bool {
+    // SAFETY: the caller's promise.
+    unsafe {
+        let mut sq = ring.submission_shared();
+        let r = sq.push(e);
+        sq.sync();
+        r.is_ok()
     }
 }
 
@@ -445,7 +460,7 @@ fn reaper(sh: &Shared) {
             // doorbell after it sets `stop`, which ends the wait in flight).
             let val = sh.doorbell.load(Ordering::SeqCst);
             if !armed && !stopping {
-                let e = sh.futex_wait(val).user_data(DOORBELL);
+                let e = futex_wait_entry(&sh.doorbell, val).user_data(DOORBELL);
                 sh.push_entry(&e);
                 armed = true;
             }
