@@ -39,9 +39,18 @@ fn setup(data: &[u8], capacity: usize) -> (tempfile::TempDir, PageCache, CachedF
 }
 
 /// Whether a future's misses can go to this thread's ring: the cache runs io_uring and the
-/// thread can have a ring.
+/// thread can have a ring. With `QUIRE_REQUIRE_THREAD_RING=1` (CI's io_uring run) anything else
+/// fails the test instead of skipping it.
 fn local_possible(cache: &PageCache) -> bool {
-    cache.stats().io_engine.kind == IoEngineKind::IoUring && ThreadRing::current().is_some()
+    let kind = cache.stats().io_engine.kind;
+    let ring = ThreadRing::current().is_some();
+    if std::env::var("QUIRE_REQUIRE_THREAD_RING").as_deref() == Ok("1") {
+        assert!(
+            kind == IoEngineKind::IoUring && ring,
+            "QUIRE_REQUIRE_THREAD_RING=1: engine {kind}, thread ring available: {ring}"
+        );
+    }
+    kind == IoEngineKind::IoUring && ring
 }
 
 /// `block_on` reads through the thread's ring: every byte right over random reads of a file 8×
@@ -132,6 +141,10 @@ fn a_blocking_wait_inside_a_poll_runs_the_threads_own_requests() {
 fn unpark_from_another_thread_is_never_lost() {
     let _dog = Watchdog::arm(Duration::from_secs(60), "unpark");
     let Some(ring) = ThreadRing::current() else {
+        assert!(
+            std::env::var("QUIRE_REQUIRE_THREAD_RING").as_deref() != Ok("1"),
+            "QUIRE_REQUIRE_THREAD_RING=1 and no thread ring"
+        );
         eprintln!("skipped: no io_uring of this thread's own");
         return;
     };
@@ -261,4 +274,62 @@ fn one_thread_ring_keeps_many_misses_in_flight() {
     assert!(io.local > 1000, "{io:?}");
     drop(f);
     check_no_leak(&cache, "many on the ring");
+}
+
+/// A truncation holds the file's invalidate lock while it waits for a folio whose read is on
+/// this thread's ring; a second future polled here then misses and needs that lock shared. The
+/// thread must run its ring's reads before it blocks on the lock (without that, neither thread
+/// moves: the watchdog fails the test).
+#[test]
+fn a_truncation_waiting_for_the_rings_read_does_not_deadlock_the_ring() {
+    let _dog = Watchdog::arm(Duration::from_secs(30), "truncation against the ring");
+    let data = pattern(64 * PAGE, 7);
+    let (_dir, cache, f) = setup(&data, 256 * PAGE);
+    let Some(ring) = ThreadRing::current().filter(|_| local_possible(&cache)) else {
+        eprintln!("skipped: no io_uring of this thread's own, or the threads engine");
+        return;
+    };
+    let waker = ring.waker();
+    let mut cx = Context::from_waker(&waker);
+    let mut a = vec![0u8; PAGE];
+    let mut b = vec![0u8; PAGE];
+    let f = Arc::new(f);
+    let first_ok = {
+        let mut first = pin!(f.read_exact_at_async(40 * PAGE as u64, &mut a));
+        assert!(ring.enter(|| first.as_mut().poll(&mut cx)).is_pending());
+        assert_eq!(ring.in_flight(), 1);
+        // Another thread cuts the file below that page: it takes the invalidate lock and waits
+        // for the page's folio, locked by the read on this thread's ring.
+        let cutter = {
+            let f = f.clone();
+            std::thread::spawn(move || f.set_len(32 * PAGE as u64).unwrap())
+        };
+        std::thread::sleep(Duration::from_millis(200));
+        // A second future misses a page below the cut: it needs the lock shared.
+        let mut second = pin!(f.read_exact_at_async(8 * PAGE as u64, &mut b));
+        loop {
+            if let Poll::Ready(r) = ring.enter(|| second.as_mut().poll(&mut cx)) {
+                r.unwrap();
+                break;
+            }
+            ring.park();
+        }
+        cutter.join().unwrap();
+        // The first read began before the cut: it ends with the page as it was or an error.
+        let first_ok = loop {
+            if let Poll::Ready(r) = ring.enter(|| first.as_mut().poll(&mut cx)) {
+                break r.is_ok();
+            }
+            ring.park();
+        };
+        first_ok
+    };
+    if first_ok {
+        assert!(a[..] == data[40 * PAGE..41 * PAGE]);
+    }
+    assert!(b[..] == data[8 * PAGE..9 * PAGE]);
+    assert_eq!(f.len(), 32 * PAGE as u64);
+    drop(ring);
+    drop(Arc::into_inner(f).unwrap());
+    check_no_leak(&cache, "truncation against the ring");
 }

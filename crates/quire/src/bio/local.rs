@@ -34,8 +34,8 @@
 //! | only the folio a future awaits (the caller's own read, see `Engine::submit_awaited`) goes to the thread's ring, only while a poll runs inside [`ThreadRing::enter`], only on the io_uring engine, only for stores with a file descriptor; readahead and write-back stay on the cache's engine | a request here ends only when this thread reaps: nothing that nobody awaits here may wait on it |
 //! | the ring is `SINGLE_ISSUER \| DEFER_TASKRUN` (`COOP_TASKRUN` on kernels without it): completions run only when the thread asks | nothing interrupts the thread while it polls |
 //! | [`ThreadRing::reap`] (each pass of an executor) and [`ThreadRing::park`] submit what is queued and run what completed | a request waits at most one pass for its submission and its end |
-//! | a thread about to sleep in a folio's wait queue (a blocking read inside a future, say) first waits for its ring's requests | it may be waiting for one of them |
-//! | dropping the last [`ThreadRing`] handle of a thread waits for its requests | every `end_io` runs, no frame stays lent to the kernel |
+//! | a thread about to sleep in a folio's wait queue (a blocking read inside a future, say), or to block on a mapping's invalidate lock (which a truncation holds while it waits for folios), first waits for its ring's requests | it may be waiting for one of them (the invalidate lock is the one lock a read takes that a thread holds while it waits for folios: truncation) |
+//! | dropping a [`ThreadRing`] handle waits for its thread's requests (`block_on` returns with none in flight) | every `end_io` runs, no frame stays lent to the kernel |
 //! | another thread waiting on a folio read here waits until this thread reaps | the price: an executor that polls for long between reaps delays them |
 //!
 //! The doorbell is the reaper's (see `bio/uring.rs`): the ring keeps an
@@ -45,6 +45,7 @@
 //! value, so a wake-up in between completes the wait at once: none is lost.
 
 use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
@@ -122,6 +123,10 @@ struct Local {
     queued: Cell<usize>,
     /// Whether the doorbell's wait is in flight.
     armed: Cell<bool>,
+    /// Completions taken from the ring and not yet run: taken one at a time, so that a reap
+    /// nested in an `end_io` (its thread about to sleep, see `drain_current_thread`) runs the
+    /// rest instead of waiting for completions that already came.
+    pending: RefCell<VecDeque<(u64, i32)>>,
 }
 
 thread_local! {
@@ -248,6 +253,7 @@ impl Local {
             depth,
             queued: Cell::new(0),
             armed: Cell::new(false),
+            pending: RefCell::new(VecDeque::new()),
         })
     }
 
@@ -259,8 +265,8 @@ impl Local {
 
     fn push_entry(&self, e: &io_uring::squeue::Entry) {
         loop {
-            // SAFETY: only this thread uses the ring (it is the thread's, and `Local` is not
-            // `Send`); the entry's buffer is frame memory its request keeps until it completes,
+            // SAFETY: only this thread uses the ring (a `Local` is reached only through the
+            // thread's `Rc`s and its thread-locals); the entry's buffer is frame memory its request keeps until it completes,
             // and the doorbell's word lives in `bell` until its wait has completed (`Drop`).
             if unsafe { try_push(&self.ring, e) } {
                 self.queued.set(self.queued.get() + 1);
@@ -278,33 +284,32 @@ impl Local {
         } else {
             0
         };
-        loop {
-            let n = self.queued.get() as u32;
-            // SAFETY: plain arguments, no extended argument.
-            let r = unsafe {
-                self.ring
-                    .submitter()
-                    .enter::<libc::sigset_t>(n, wait, flags, None)
-            };
-            match r {
-                Ok(submitted) => {
-                    self.queued.set(self.queued.get().saturating_sub(submitted));
-                    return;
-                }
-                Err(e) if e.raw_os_error() == Some(libc::EINTR) => {
-                    // Entries taken before the interruption are gone from the queue.
-                    self.queued.set(self.sq_len());
-                    return;
-                }
-                Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN) | Some(libc::EBUSY)) => {
-                    self.queued.set(self.sq_len());
-                    std::thread::yield_now();
-                    if wait == 0 {
-                        return;
-                    }
-                }
-                Err(e) => panic!("io_uring_enter failed on a thread's ring: {e}"),
+        let n = self.queued.get() as u32;
+        // SAFETY: plain arguments, no extended argument.
+        let r = unsafe {
+            self.ring
+                .submitter()
+                .enter::<libc::sigset_t>(n, wait, flags, None)
+        };
+        match r {
+            Ok(submitted) => {
+                self.queued.set(self.queued.get().saturating_sub(submitted));
             }
+            // Interrupted (entries taken before it are gone from the queue), or short of memory
+            // or of completion room (they stay queued): the caller reaps what completed and
+            // comes back.
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EINTR) | Some(libc::EAGAIN) | Some(libc::EBUSY)
+                ) =>
+            {
+                self.queued.set(self.sq_len());
+                if e.raw_os_error() != Some(libc::EINTR) {
+                    std::thread::yield_now();
+                }
+            }
+            Err(e) => panic!("io_uring_enter failed on a thread's ring: {e}"),
         }
     }
 
@@ -340,17 +345,25 @@ impl Local {
             // SAFETY: only this thread uses the ring.
             unsafe { self.ring.submission_shared().taskrun() }
         };
+        // Completions already taken count as what a wait would bring.
+        let wait = wait && self.pending.borrow().is_empty();
         if wait || self.queued.get() > 0 || taskrun {
             self.enter(u32::from(wait));
         }
-        let batch: Vec<(u64, i32)> = {
+        {
             // SAFETY: only this thread uses the completion queue.
             let mut cq = unsafe { self.ring.completion_shared() };
             cq.sync();
-            (&mut cq).map(|c| (c.user_data(), c.result())).collect()
-        };
+            self.pending
+                .borrow_mut()
+                .extend((&mut cq).map(|c| (c.user_data(), c.result())));
+        }
         let mut ended = 0;
-        for (user_data, res) in batch {
+        loop {
+            let next = self.pending.borrow_mut().pop_front();
+            let Some((user_data, res)) = next else {
+                break;
+            };
             if user_data == DOORBELL {
                 self.armed.set(false);
                 continue;
@@ -437,9 +450,10 @@ pub(super) fn submit_awaited(bio: Bio, counters: &Arc<Counters>) -> Option<Bio> 
     local.submit(bio, counters)
 }
 
-/// Before this thread sleeps in a folio's wait queue: if its ring has requests in flight, waits
-/// for them (the sleep may be for one of them). Called by `sync::bitwait` through its hook.
-fn before_sleep() {
+/// Before this thread sleeps in a folio's wait queue or blocks on a lock that a thread waiting
+/// for a folio may hold: if its ring has requests in flight, waits for them (the wait may be for
+/// one of them). Called by `sync::bitwait` through its hook and by `Mapping::invalidate_shared`.
+pub(crate) fn drain_current_thread() {
     let local = RING
         .try_with(|r| match r.try_borrow() {
             Ok(r) => match r.as_ref() {
@@ -457,5 +471,5 @@ fn before_sleep() {
 
 /// Installs [`before_sleep`] as the wait queues' hook (once per process).
 fn install_hook() {
-    crate::sync::bitwait::set_before_sleep(before_sleep);
+    crate::sync::bitwait::set_before_sleep(drain_current_thread);
 }

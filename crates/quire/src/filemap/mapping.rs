@@ -541,6 +541,21 @@ impl Mapping {
         }
     }
 
+    /// The invalidate lock, shared. A thread whose own ring ([`crate::bio::ThreadRing`]) has
+    /// reads in flight runs them to their end before it blocks here: the truncation holding
+    /// the lock exclusively may be waiting for one of their folios, and only this thread can
+    /// end them.
+    pub(crate) fn invalidate_shared(&self) -> std::sync::RwLockReadGuard<'_, ()> {
+        match self.invalidate_lock.try_read() {
+            Ok(g) => g,
+            Err(std::sync::TryLockError::WouldBlock) => {
+                crate::bio::local::drain_current_thread();
+                self.invalidate_lock.read().unwrap()
+            }
+            Err(std::sync::TryLockError::Poisoned(e)) => panic!("invalidate lock poisoned: {e}"),
+        }
+    }
+
     /// Submits the read of a folio the calling thread awaits (an asynchronous read's own
     /// folio): to the store where it completes reads, else to the engine, which may put it on
     /// the thread's own ring ([`crate::bio::ThreadRing`]).
@@ -595,7 +610,7 @@ impl Mapping {
         sync: Option<u64>,
         mut each: impl FnMut(FolioGuard<'a>, bool),
     ) -> Result<()> {
-        let _inv = self.invalidate_lock.read().unwrap();
+        let _inv = self.invalidate_shared();
         let end_page = self.size().div_ceil(PAGE_SIZE);
         let end = (w.start + w.size).min(end_page);
         if let Some(s) = sync {
@@ -864,7 +879,7 @@ impl Mapping {
         }
         let mut pos = offset;
         let result = {
-            let _inv = self.invalidate_lock.read().unwrap();
+            let _inv = self.invalidate_shared();
             if end > self.size() {
                 self.zero_eof_tail()?;
             }

@@ -269,7 +269,7 @@ impl Mapping {
         short: &mut bool,
         mut each: impl FnMut(FolioGuard<'a>),
     ) -> Result<()> {
-        let _inv = self.invalidate_lock.read().unwrap();
+        let _inv = self.invalidate_shared();
         let end = (w.start + w.size).min(self.size().div_ceil(PAGE_SIZE));
         let max_order = self.cache.config.max_folio_order;
         let mut pieces = folio_orders(w.start, end.saturating_sub(w.start), max_order);
