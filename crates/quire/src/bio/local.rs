@@ -38,23 +38,23 @@
 //! | dropping a [`ThreadRing`] handle waits for its thread's requests (`block_on` returns with none in flight) | every `end_io` runs, no frame stays lent to the kernel |
 //! | another thread waiting on a folio read here waits until this thread reaps | the price: an executor that polls for long between reaps delays them |
 //!
-//! The doorbell is the reaper's (see `bio/uring.rs`): the ring keeps an
-//! `IORING_OP_FUTEX_WAIT` on `word` in flight while the thread sleeps; [`Unparker::unpark`]
-//! sets `notified`, and if it takes `asleep` it bumps `word` and wakes the futex. The thread
-//! reads `word` before it sets `asleep` and checks `notified`, and arms the wait with that
-//! value, so a wake-up in between completes the wait at once: none is lost.
+//! Wake-ups from other threads ring a [`crate::sync::doorbell::Doorbell`] (the reaper's
+//! mechanism, model-checked by `tests/loom_doorbell.rs`): the ring keeps an
+//! `IORING_OP_FUTEX_WAIT` on its word in flight while the thread sleeps, and
+//! [`Unparker::unpark`] rings it.
 
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::{Wake, Waker};
 
 use io_uring::IoUring;
 
-use super::uring::{entry, futex_wait_entry, futex_wake, outcome, probe, try_push, DOORBELL};
+use super::uring::{entry, futex_wait_entry, outcome, probe, try_push, DOORBELL};
 use super::{Bio, Counters, InFlight, Next};
+use crate::sync::doorbell::Doorbell;
 
 /// Submission queue entries of a thread's ring; the completion queue is twice as large.
 const ENTRIES: u32 = 64;
@@ -63,29 +63,15 @@ const ENTRIES: u32 = 64;
 const IORING_ENTER_GETEVENTS: u32 = 1;
 
 /// What wakes a parked thread: see the module documentation.
-struct Bell {
-    word: AtomicU32,
-    asleep: AtomicBool,
-    notified: AtomicBool,
-}
-
-impl Bell {
-    fn ring(&self) {
-        self.notified.store(true, Ordering::SeqCst);
-        if self.asleep.swap(false, Ordering::SeqCst) {
-            self.word.fetch_add(1, Ordering::SeqCst);
-            futex_wake(&self.word);
-        }
-    }
-}
+struct Bell(Doorbell);
 
 impl Wake for Bell {
     fn wake(self: Arc<Self>) {
-        self.ring();
+        self.0.ring();
     }
 
     fn wake_by_ref(self: &Arc<Self>) {
-        self.ring();
+        self.0.ring();
     }
 }
 
@@ -96,7 +82,7 @@ pub struct Unparker(Arc<Bell>);
 impl Unparker {
     /// Makes the thread's next (or current) [`ThreadRing::park`] return.
     pub fn unpark(&self) {
-        self.0.ring();
+        self.0 .0.ring();
     }
 }
 
@@ -244,11 +230,7 @@ impl Local {
         let depth = ring.params().cq_entries() as usize - 1;
         Ok(Local {
             ring,
-            bell: Arc::new(Bell {
-                word: AtomicU32::new(0),
-                asleep: AtomicBool::new(false),
-                notified: AtomicBool::new(false),
-            }),
+            bell: Arc::new(Bell(Doorbell::new())),
             in_flight: Cell::new(0),
             depth,
             queued: Cell::new(0),
@@ -391,26 +373,22 @@ impl Local {
     }
 
     fn park(&self) {
-        let bell = &*self.bell;
+        let bell = &self.bell.0;
         loop {
             self.reap(false);
-            if bell.notified.swap(false, Ordering::SeqCst) {
+            if bell.take() {
                 return;
             }
-            // Read before `asleep` is set and `notified` checked: see the module docs.
-            let val = bell.word.load(Ordering::SeqCst);
+            let Some(val) = bell.prepare_sleep() else {
+                continue;
+            };
             if !self.armed.get() {
-                let e = futex_wait_entry(&bell.word, val).user_data(DOORBELL);
+                let e = futex_wait_entry(bell.word(), val).user_data(DOORBELL);
                 self.push_entry(&e);
                 self.armed.set(true);
             }
-            bell.asleep.store(true, Ordering::SeqCst);
-            if bell.notified.load(Ordering::SeqCst) {
-                bell.asleep.store(false, Ordering::SeqCst);
-                continue;
-            }
             self.enter(1);
-            bell.asleep.store(false, Ordering::SeqCst);
+            bell.woke();
         }
     }
 
@@ -427,9 +405,8 @@ impl Drop for Local {
         self.drain();
         // The doorbell's wait refers to `bell`, which this frees: end it first.
         if self.armed.get() {
-            self.bell.asleep.store(true, Ordering::SeqCst);
-            self.bell.ring();
-            self.bell.notified.store(false, Ordering::SeqCst);
+            self.bell.0.ring_always();
+            self.bell.0.take();
             while self.armed.get() {
                 self.reap(true);
             }

@@ -16,8 +16,7 @@
 //! | piece | who touches it | how |
 //! |---|---|---|
 //! | `queue` | submitters push; the reaper drains | a mutex; the reaper moves its requests to the submission queue |
-//! | `asleep` | set by the reaper before it waits; taken (swapped to false) by a submitter | the submitter that takes it bumps `doorbell` and `FUTEX_WAKE`s it |
-//! | `doorbell` | bumped by submitters; waited on by the reaper's `FUTEX_WAIT` request | the reaper reads it *before* it sets `asleep` and checks `queue`, and arms the wait with that value: a bump in between makes the wait complete at once (`EAGAIN`), so no wake-up is lost |
+//! | `bell` | submitters ring it after they queue; the reaper takes its rings before it drains `queue`, and keeps a `FUTEX_WAIT` request on its word | a [`Doorbell`](crate::sync::doorbell): the reaper reads the word before it marks itself asleep and re-checks for rings, and arms the wait with that value, so no wake-up is lost (`tests/loom_doorbell.rs`) |
 //! | submission queue | the reaper (and, without the doorbell, submitters) | under `sq` |
 //! | completion queue | the reaper only | it waits in `io_uring_enter(GETEVENTS)` for at least one completion, then takes them all |
 //! | `room` | submitters wait on it; the reaper frees it | requests in flight, at most the completion queue's size, so completions never overflow the ring |
@@ -35,6 +34,7 @@ use io_uring::{opcode, squeue, types, IoUring};
 
 use super::{Bio, BioOp, Counters, InFlight, Next};
 use crate::store::StoreError;
+use crate::sync::doorbell::Doorbell;
 
 /// Submission queue entries. The completion queue is twice as large (the kernel's default).
 const ENTRIES: u32 = 256;
@@ -84,8 +84,7 @@ struct Shared {
     /// `IORING_OP_FUTEX_WAIT`); see the module documentation.
     via_reaper: bool,
     queue: Mutex<Vec<InFlight>>,
-    asleep: AtomicBool,
-    doorbell: AtomicU32,
+    bell: Doorbell,
 }
 
 pub(super) struct Uring {
@@ -158,8 +157,7 @@ impl Uring {
             counters,
             via_reaper: false,
             queue: Mutex::new(Vec::new()),
-            asleep: AtomicBool::new(false),
-            doorbell: AtomicU32::new(0),
+            bell: Doorbell::new(),
         };
         shared.via_reaper = via_reaper;
         let line = format!(
@@ -200,7 +198,7 @@ impl Uring {
                     .lock()
                     .unwrap()
                     .extend(bios.by_ref().take(n).map(InFlight::new));
-                sh.ring_doorbell();
+                sh.bell.ring();
                 continue;
             }
             let _sq = sh.sq.lock().unwrap();
@@ -216,8 +214,7 @@ impl Uring {
         let sh = &*self.shared;
         sh.stop.store(true, Ordering::Release);
         if sh.via_reaper {
-            sh.asleep.store(true, Ordering::SeqCst);
-            sh.ring_doorbell();
+            sh.bell.ring_always();
             return;
         }
         let _sq = sh.sq.lock().unwrap();
@@ -266,14 +263,6 @@ pub(super) fn probe(ring: &IoUring) -> std::io::Result<bool> {
 }
 
 impl Shared {
-    /// Wakes the reaper if it sleeps (or is about to): bumps the doorbell and wakes its futex.
-    fn ring_doorbell(&self) {
-        if self.asleep.swap(false, Ordering::SeqCst) {
-            self.doorbell.fetch_add(1, Ordering::SeqCst);
-            futex_wake(&self.doorbell);
-        }
-    }
-
     /// Queues `inf` (the caller holds `sq`).
     fn push(&self, mut inf: Box<InFlight>) {
         let e = entry(&mut inf, self.fixed.as_ref());
@@ -347,19 +336,6 @@ pub(super) fn futex_wait_entry(word: &AtomicU32, val: u32) -> squeue::Entry {
         FUTEX2_SIZE_U32 | FUTEX2_PRIVATE,
     )
     .build()
-}
-
-/// Wakes one waiter on the futex `word` (a doorbell's wait).
-pub(super) fn futex_wake(word: &AtomicU32) {
-    // SAFETY: FUTEX_WAKE on a live u32; it reads nothing else.
-    unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            word.as_ptr(),
-            libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
-            1,
-        );
-    }
 }
 
 /// Pushes `e` on `ring`'s submission queue and publishes it; false where the queue is full.
@@ -444,6 +420,9 @@ fn reaper(sh: &Shared) {
     loop {
         let mut wait = true;
         if sh.via_reaper {
+            // Taken before the queue is: a submitter that queues after this rings again, and
+            // the check before sleeping sees it.
+            sh.bell.take();
             let queued = std::mem::take(&mut *sh.queue.lock().unwrap());
             if !queued.is_empty() {
                 sh.counters
@@ -455,25 +434,28 @@ fn reaper(sh: &Shared) {
                 sh.push(Box::new(inf));
             }
             let stopping = sh.stop.load(Ordering::Acquire);
-            // Read before `asleep` is set and `queue` checked: a bump after this makes the wait
-            // armed with it complete at once. Not re-armed once stopping (`stop` rings the
-            // doorbell after it sets `stop`, which ends the wait in flight).
-            let val = sh.doorbell.load(Ordering::SeqCst);
-            if !armed && !stopping {
-                let e = futex_wait_entry(&sh.doorbell, val).user_data(DOORBELL);
-                sh.push_entry(&e);
-                armed = true;
-            }
-            sh.asleep.store(true, Ordering::SeqCst);
-            if !sh.queue.lock().unwrap().is_empty() || sh.stop.load(Ordering::Acquire) {
-                sh.asleep.store(false, Ordering::SeqCst);
-                wait = false;
+            // The value is read before the reaper marks itself asleep (see `Doorbell`). Not
+            // re-armed once stopping (`stop` rings after it sets `stop`, which ends the wait in
+            // flight).
+            match sh.bell.prepare_sleep() {
+                None => wait = false,
+                Some(val) => {
+                    if !armed && !stopping {
+                        let e = futex_wait_entry(sh.bell.word(), val).user_data(DOORBELL);
+                        sh.push_entry(&e);
+                        armed = true;
+                    }
+                    if sh.stop.load(Ordering::Acquire) {
+                        sh.bell.woke();
+                        wait = false;
+                    }
+                }
             }
         }
         // Submits what the reaper queued (resubmissions, the doorbell's wait, the requests
         // handed over) and waits for a completion.
         let entered = sh.ring.submit_and_wait(usize::from(wait));
-        sh.asleep.store(false, Ordering::SeqCst);
+        sh.bell.woke();
         if let Err(e) = entered {
             if !matches!(
                 e.raw_os_error(),

@@ -11,6 +11,7 @@
 
 pub mod bitwait;
 mod bitwait_async;
+pub mod doorbell;
 pub mod lockref;
 #[doc(hidden)]
 pub mod loom;
