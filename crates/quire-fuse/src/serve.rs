@@ -23,6 +23,7 @@ use fuser::{
 };
 
 mod adapter;
+mod reader;
 
 pub use adapter::Fuse;
 

@@ -58,18 +58,20 @@ failable!(
 #[derive(Debug)]
 pub struct Fuse<S> {
     fs: S,
-    /// Where deferred reads wait ([`Serve::read_deferred`]): one thread of a tokio runtime,
-    /// started at the first one (after the daemon detached), `None` if it could not start.
-    rt: std::sync::OnceLock<Option<tokio::runtime::Runtime>>,
+    /// Where deferred reads wait ([`Serve::read_deferred`]): one thread polling them on its own
+    /// ring (`serve/reader.rs`), started at the first one (after the daemon detached), `None` if
+    /// it could not start.
+    rt: std::sync::OnceLock<Option<super::reader::Reader>>,
     /// Serving threads inside a blocking READ right now: a read that misses is deferred only
     /// while another thread already reads (one miss at a time blocks its thread, with the
-    /// lowest latency; the next ones wait on the runtime and leave their threads free).
+    /// lowest latency; the next ones wait on the reader and leave their threads free).
     reading: std::sync::atomic::AtomicUsize,
     /// Whether misses may be deferred at all: only with `QUIRE_FUSE_DEFER_READS=1`. Off by
-    /// default because on the 2-CPU machines this is measured on it costs more than it gives
-    /// (`fuse` zipf-randread at 4 jobs: 46–47 thousand reads a second deferred against 61–62
-    /// thousand blocking, docs/BENCHMARKS.md): the runtime's thread and the two extra switches
-    /// per miss compete for the CPUs the serving threads need.
+    /// default because on the 2-CPU machines this is measured on it does not pay: with a tokio
+    /// runtime, `fuse` zipf-randread at 4 jobs ran 46–47 thousand reads a second deferred
+    /// against 61–62 thousand blocking; with the reader on its own ring, five alternated runs
+    /// each gave medians of 53.6 thousand deferred and 53.1 thousand blocking, and sequential
+    /// reads at 1 job lower (docs/BENCHMARKS.md).
     defer: bool,
 }
 
@@ -84,36 +86,17 @@ impl<S> Fuse<S> {
         }
     }
 
-    fn runtime(&self) -> Option<&tokio::runtime::Runtime> {
-        self.rt
-            .get_or_init(|| {
-                tokio::runtime::Builder::new_multi_thread()
-                    .worker_threads(1)
-                    .thread_name("quire-fuse-read")
-                    .build()
-                    .ok()
-            })
-            .as_ref()
+    fn reader(&self) -> Option<&super::reader::Reader> {
+        self.rt.get_or_init(super::reader::Reader::start).as_ref()
     }
 
-    /// Answers a READ with `fut`: at once if it is ready when first polled, else from the
-    /// runtime when it is (or, with no runtime, by waiting here).
-    fn read_later(&self, mut fut: Deferred, reply: ReplyData) {
-        use std::task::{Context, Poll, Waker};
-        let first = fut.as_mut().poll(&mut Context::from_waker(Waker::noop()));
-        let answer = |reply: ReplyData, r: Res<Vec<u8>>| match r {
-            Ok(data) => reply.data(&data),
-            Err(e) => reply.error(e),
-        };
-        match first {
-            Poll::Ready(r) => answer(reply, r),
-            Poll::Pending => match self.runtime() {
-                Some(rt) => {
-                    // The future's waiters now wake this task (a re-poll replaces the waker).
-                    rt.spawn(async move { answer(reply, fut.await) });
-                }
-                None => answer(reply, quire::filemap::block_on(fut)),
-            },
+    /// Answers a READ with `fut` from the reader thread when it is done (or, with no reader, by
+    /// waiting here). The future is not polled here: a deferred read is a miss, and polled on
+    /// the reader, inside its ring, the miss is submitted to that ring.
+    fn read_later(&self, fut: Deferred, reply: ReplyData) {
+        match self.reader() {
+            Some(r) => r.defer(fut, Box::new(move |res| super::reader::answer(reply, res))),
+            None => super::reader::answer(reply, quire::filemap::block_on(fut)),
         }
     }
 
