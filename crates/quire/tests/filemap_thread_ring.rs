@@ -53,6 +53,15 @@ fn local_possible(cache: &PageCache) -> bool {
     kind == IoEngineKind::IoUring && ring
 }
 
+/// This thread's ring where `cache`'s misses can go to it; else says why the test skips.
+fn ring_for(cache: &PageCache) -> Option<ThreadRing> {
+    let ring = ThreadRing::current().filter(|_| local_possible(cache));
+    if ring.is_none() {
+        eprintln!("skipped: no io_uring of this thread's own, or the threads engine");
+    }
+    ring
+}
+
 /// `block_on` reads through the thread's ring: every byte right over random reads of a file 8×
 /// the cache (reclaim running), each miss counted as a request of the thread's ring.
 #[test]
@@ -98,8 +107,7 @@ fn a_blocking_wait_inside_a_poll_runs_the_threads_own_requests() {
     let _dog = Watchdog::arm(Duration::from_secs(30), "blocking wait in a poll");
     let data = pattern(16 * PAGE, 4);
     let (_dir, cache, f) = setup(&data, 64 * PAGE);
-    let Some(ring) = ThreadRing::current().filter(|_| local_possible(&cache)) else {
-        eprintln!("skipped: no io_uring of this thread's own, or the threads engine");
+    let Some(ring) = ring_for(&cache) else {
         return;
     };
     let mut a = vec![0u8; PAGE];
@@ -185,8 +193,7 @@ fn dropped_futures_and_handles_leave_nothing_in_flight() {
     let _dog = Watchdog::arm(Duration::from_secs(30), "dropped on the ring");
     let data = pattern(64 * PAGE, 6);
     let (_dir, cache, f) = setup(&data, 256 * PAGE);
-    let Some(ring) = ThreadRing::current().filter(|_| local_possible(&cache)) else {
-        eprintln!("skipped: no io_uring of this thread's own, or the threads engine");
+    let Some(ring) = ring_for(&cache) else {
         return;
     };
     let waker = ring.waker();
@@ -223,8 +230,7 @@ fn one_thread_ring_keeps_many_misses_in_flight() {
     let _dog = Watchdog::arm(Duration::from_secs(60), "many on the ring");
     let data = pattern(1024 * PAGE, 8);
     let (_dir, cache, f) = setup(&data, 128 * PAGE);
-    let Some(ring) = ThreadRing::current().filter(|_| local_possible(&cache)) else {
-        eprintln!("skipped: no io_uring of this thread's own, or the threads engine");
+    let Some(ring) = ring_for(&cache) else {
         return;
     };
     let before = cache.stats().io;
@@ -285,8 +291,7 @@ fn a_truncation_waiting_for_the_rings_read_does_not_deadlock_the_ring() {
     let _dog = Watchdog::arm(Duration::from_secs(30), "truncation against the ring");
     let data = pattern(64 * PAGE, 7);
     let (_dir, cache, f) = setup(&data, 256 * PAGE);
-    let Some(ring) = ThreadRing::current().filter(|_| local_possible(&cache)) else {
-        eprintln!("skipped: no io_uring of this thread's own, or the threads engine");
+    let Some(ring) = ring_for(&cache) else {
         return;
     };
     let waker = ring.waker();

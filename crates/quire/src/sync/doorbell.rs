@@ -151,29 +151,5 @@ pub mod broken {
     /// The sleeper does not check `notified` after it sets `asleep`.
     pub const NO_RECHECK: usize = 2;
 
-    #[cfg(loom)]
-    loom::lazy_static! {
-        // Per model execution; not part of the modelled protocol.
-        static ref WHICH: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    }
-
-    /// Breaks the variants in `which` for this model execution.
-    #[cfg(loom)]
-    pub fn set(which: usize) {
-        WHICH.store(which, std::sync::atomic::Ordering::Relaxed);
-    }
-
-    /// Whether `which` is broken in this execution.
-    #[inline(always)]
-    pub(crate) fn is(which: usize) -> bool {
-        #[cfg(loom)]
-        {
-            WHICH.load(std::sync::atomic::Ordering::Relaxed) & which != 0
-        }
-        #[cfg(not(loom))]
-        {
-            let _ = which;
-            false
-        }
-    }
+    crate::sync::loom::broken_switches!();
 }

@@ -130,3 +130,39 @@ pub use loom::thread::yield_now;
 /// Gives up the rest of this thread's time slice (under loom: lets the scheduler switch).
 #[cfg(not(loom))]
 pub use std::thread::yield_now;
+
+/// The switches of a mechanism's deliberately broken variants, for its loom models: `set(which)`
+/// turns on the variants in `which` (a set of the module's constants) for one model execution,
+/// `is(which)` asks at the decision point. Never on outside loom (`is` is `false`).
+macro_rules! broken_switches {
+    () => {
+        #[cfg(loom)]
+        loom::lazy_static! {
+            // Per model execution; not part of the modelled protocol.
+            static ref WHICH: std::sync::atomic::AtomicUsize =
+                std::sync::atomic::AtomicUsize::new(0);
+        }
+
+        /// Breaks the variants in `which` (a set of the constants above) for this model
+        /// execution.
+        #[cfg(loom)]
+        pub fn set(which: usize) {
+            WHICH.store(which, std::sync::atomic::Ordering::Relaxed);
+        }
+
+        /// Whether `which` is broken in this execution.
+        #[inline(always)]
+        pub(crate) fn is(which: usize) -> bool {
+            #[cfg(loom)]
+            {
+                WHICH.load(std::sync::atomic::Ordering::Relaxed) & which != 0
+            }
+            #[cfg(not(loom))]
+            {
+                let _ = which;
+                false
+            }
+        }
+    };
+}
+pub(crate) use broken_switches;
