@@ -10,7 +10,7 @@
 mod common;
 
 use std::future::Future;
-use std::pin::pin;
+use std::pin::{pin, Pin};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -51,6 +51,16 @@ fn local_possible(cache: &PageCache) -> bool {
         );
     }
     kind == IoEngineKind::IoUring && ring
+}
+
+/// Polls `fut` inside `ring` until it is done, parking in the ring between polls.
+fn run_on<F: Future>(ring: &ThreadRing, mut fut: Pin<&mut F>, cx: &mut Context<'_>) -> F::Output {
+    loop {
+        if let Poll::Ready(out) = ring.enter(|| fut.as_mut().poll(cx)) {
+            return out;
+        }
+        ring.park();
+    }
 }
 
 /// This thread's ring where `cache`'s misses can go to it; else says why the test skips.
@@ -130,13 +140,7 @@ fn a_blocking_wait_inside_a_poll_runs_the_threads_own_requests() {
         assert_eq!(ring.in_flight(), 0);
         assert!(b[..] == data[5 * PAGE..6 * PAGE]);
         // The future's folio is up to date: its next poll returns.
-        loop {
-            if let Poll::Ready(r) = ring.enter(|| fut.as_mut().poll(&mut cx)) {
-                r.unwrap();
-                break;
-            }
-            ring.park();
-        }
+        run_on(&ring, fut.as_mut(), &mut cx).unwrap();
     }
     assert!(a == b);
     drop(f);
@@ -312,21 +316,10 @@ fn a_truncation_waiting_for_the_rings_read_does_not_deadlock_the_ring() {
         std::thread::sleep(Duration::from_millis(200));
         // A second future misses a page below the cut: it needs the lock shared.
         let mut second = pin!(f.read_exact_at_async(8 * PAGE as u64, &mut b));
-        loop {
-            if let Poll::Ready(r) = ring.enter(|| second.as_mut().poll(&mut cx)) {
-                r.unwrap();
-                break;
-            }
-            ring.park();
-        }
+        run_on(&ring, second.as_mut(), &mut cx).unwrap();
         cutter.join().unwrap();
         // The first read began before the cut: it ends with the page as it was or an error.
-        let first_ok = loop {
-            if let Poll::Ready(r) = ring.enter(|| first.as_mut().poll(&mut cx)) {
-                break r.is_ok();
-            }
-            ring.park();
-        };
+        let first_ok = run_on(&ring, first.as_mut(), &mut cx).is_ok();
         first_ok
     };
     if first_ok {

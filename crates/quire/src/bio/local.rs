@@ -48,7 +48,7 @@ use std::collections::VecDeque;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::task::{Wake, Waker};
+use std::task::Waker;
 
 use io_uring::IoUring;
 
@@ -62,27 +62,14 @@ const ENTRIES: u32 = 64;
 /// `io_uring_enter`'s flag to wait for (and, on a `DEFER_TASKRUN` ring, run) completions.
 const IORING_ENTER_GETEVENTS: u32 = 1;
 
-/// What wakes a parked thread: see the module documentation.
-struct Bell(Doorbell);
-
-impl Wake for Bell {
-    fn wake(self: Arc<Self>) {
-        self.0.ring();
-    }
-
-    fn wake_by_ref(self: &Arc<Self>) {
-        self.0.ring();
-    }
-}
-
 /// Wakes a thread parked in [`ThreadRing::park`], from any thread.
 #[derive(Clone)]
-pub struct Unparker(Arc<Bell>);
+pub struct Unparker(Arc<Doorbell>);
 
 impl Unparker {
     /// Makes the thread's next (or current) [`ThreadRing::park`] return.
     pub fn unpark(&self) {
-        self.0 .0.ring();
+        self.0.ring();
     }
 }
 
@@ -101,12 +88,10 @@ struct Req {
 /// A thread's ring and what it has in flight.
 struct Local {
     ring: IoUring,
-    bell: Arc<Bell>,
+    bell: Arc<Doorbell>,
     /// Requests in flight (submitted or queued), at most `depth`.
     in_flight: Cell<usize>,
     depth: usize,
-    /// Entries pushed and not yet submitted.
-    queued: Cell<usize>,
     /// Whether the doorbell's wait is in flight.
     armed: Cell<bool>,
     /// Completions taken from the ring and not yet run: taken one at a time, so that a reap
@@ -230,10 +215,9 @@ impl Local {
         let depth = ring.params().cq_entries() as usize - 1;
         Ok(Local {
             ring,
-            bell: Arc::new(Bell(Doorbell::new())),
+            bell: Arc::new(Doorbell::new()),
             in_flight: Cell::new(0),
             depth,
-            queued: Cell::new(0),
             armed: Cell::new(false),
             pending: RefCell::new(VecDeque::new()),
         })
@@ -248,10 +232,10 @@ impl Local {
     fn push_entry(&self, e: &io_uring::squeue::Entry) {
         loop {
             // SAFETY: only this thread uses the ring (a `Local` is reached only through the
-            // thread's `Rc`s and its thread-locals); the entry's buffer is frame memory its request keeps until it completes,
-            // and the doorbell's word lives in `bell` until its wait has completed (`Drop`).
+            // thread's `Rc`s and its thread-locals); the entry's buffer is frame memory its
+            // request keeps until it completes, and the doorbell's word lives in `bell` until
+            // its wait has completed (`Drop`).
             if unsafe { try_push(&self.ring, e) } {
-                self.queued.set(self.queued.get() + 1);
                 return;
             }
             self.enter(0);
@@ -266,7 +250,8 @@ impl Local {
         } else {
             0
         };
-        let n = self.queued.get() as u32;
+        // Entries pushed and not yet submitted.
+        let n = self.sq_len() as u32;
         // SAFETY: plain arguments, no extended argument.
         let r = unsafe {
             self.ring
@@ -274,19 +259,15 @@ impl Local {
                 .enter::<libc::sigset_t>(n, wait, flags, None)
         };
         match r {
-            Ok(submitted) => {
-                self.queued.set(self.queued.get().saturating_sub(submitted));
-            }
-            // Interrupted (entries taken before it are gone from the queue), or short of memory
-            // or of completion room (they stay queued): the caller reaps what completed and
-            // comes back.
+            Ok(_) => {}
+            // Interrupted, or short of memory or of completion room (what was not taken stays
+            // queued): the caller reaps what completed and comes back.
             Err(e)
                 if matches!(
                     e.raw_os_error(),
                     Some(libc::EINTR) | Some(libc::EAGAIN) | Some(libc::EBUSY)
                 ) =>
             {
-                self.queued.set(self.sq_len());
                 if e.raw_os_error() != Some(libc::EINTR) {
                     std::thread::yield_now();
                 }
@@ -329,7 +310,7 @@ impl Local {
         };
         // Completions already taken count as what a wait would bring.
         let wait = wait && self.pending.borrow().is_empty();
-        if wait || self.queued.get() > 0 || taskrun {
+        if wait || self.sq_len() > 0 || taskrun {
             self.enter(u32::from(wait));
         }
         {
@@ -373,7 +354,7 @@ impl Local {
     }
 
     fn park(&self) {
-        let bell = &self.bell.0;
+        let bell = &*self.bell;
         loop {
             self.reap(false);
             if bell.take() {
@@ -405,8 +386,8 @@ impl Drop for Local {
         self.drain();
         // The doorbell's wait refers to `bell`, which this frees: end it first.
         if self.armed.get() {
-            self.bell.0.ring_always();
-            self.bell.0.take();
+            self.bell.ring_always();
+            self.bell.take();
             while self.armed.get() {
                 self.reap(true);
             }

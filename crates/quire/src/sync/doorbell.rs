@@ -141,6 +141,17 @@ impl Doorbell {
     }
 }
 
+/// A waker that rings the doorbell.
+impl std::task::Wake for Doorbell {
+    fn wake(self: std::sync::Arc<Self>) {
+        self.ring();
+    }
+
+    fn wake_by_ref(self: &std::sync::Arc<Self>) {
+        self.ring();
+    }
+}
+
 /// Deliberately broken variants of the protocol, for the loom model (`tests/loom_doorbell.rs`)
 /// to catch; each is off unless a model turns it on. Never broken outside loom.
 #[doc(hidden)]

@@ -196,14 +196,10 @@ impl Mapping {
         // The rest of the window goes to the engine as one batch; the wanted folio is the
         // awaited read (it may go to this thread's own ring).
         self.submit_reads(batch);
-        if let Some(g) = wanted_guard {
-            let mut own = Vec::with_capacity(1);
-            self.push_read(g, Some(report.clone()), &mut own);
-            for bio in own {
-                self.submit_awaited_read(bio);
-            }
+        match wanted_guard {
+            Some(g) => self.submit_own_read(g, report),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     /// Adds the read of `g` to `batch`, or reads it here if nothing is to be read from the
