@@ -303,31 +303,41 @@ fn a_loop_keeps_a_resident_share() {
 
 /// Two files of 0.8× the budget, each read four times in turns (A, B, A, B): the
 /// multi-generational LRU moves over to each new working set within the turn — its last pass
-/// hits.
+/// hits; with the loop protection, B's third pass already hits in its first turn.
 #[test]
 fn a_switch_adapts_within_a_few_passes() {
+    // The hit ratio of every pass, turn by turn.
     let run = |policy, lp| {
         let cache = PageCache::new(config(256, policy, lp)).unwrap();
         let files = [File::open(&cache, 204, 4), File::open(&cache, 204, 5)];
-        let mut last = Vec::new();
+        let mut passes = Vec::new();
         for turn in 0..4 {
             let f = &files[turn % 2];
-            for pass in 0..4 {
-                let r = hits(&[f], || {
-                    for p in 0..204 {
-                        f.read(p);
-                    }
-                    204
-                });
-                if pass == 3 && turn > 0 {
-                    last.push(r);
-                }
-            }
+            passes.push(
+                (0..4)
+                    .map(|_| {
+                        hits(&[f], || {
+                            for p in 0..204 {
+                                f.read(p);
+                            }
+                            204
+                        })
+                    })
+                    .collect::<Vec<_>>(),
+            );
         }
-        last
+        passes
     };
-    let plain = run(ReclaimPolicy::MultiGen, false);
-    let protected = run(ReclaimPolicy::MultiGen, true);
+    let last = |passes: &[Vec<f64>]| passes[1..].iter().map(|t| t[3]).collect::<Vec<_>>();
+    let plain_passes = run(ReclaimPolicy::MultiGen, false);
+    let protected_passes = run(ReclaimPolicy::MultiGen, true);
+    let (plain, protected) = (last(&plain_passes), last(&protected_passes));
+    // B's first turn under the loop protection: its first pass, read for the first time, waits
+    // on probation, but each of its folios moves the admission hand over one of A's residents,
+    // clearing A's marks; so its second pass's refaults find A idle and are let in, and its
+    // third pass hits (measured 0.96–0.99; 0.18 when only candidates moved the hand).
+    let b1 = &protected_passes[1];
+    assert!(b1[2] >= 0.8, "B's first turn, pass by pass: {b1:?}");
     eprintln!("last passes of turns 2-4: multigen {plain:?}, loop protection {protected:?}");
     assert!(plain.iter().all(|&r| r >= 0.9), "multigen: {plain:?}");
     // The loop protection makes a new working set earn its place (its refaults are turned

@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::sync::loom::{Mutex, MutexGuard};
 
-use super::lru_gen::{GenState, MAX_NR_GENS, PROBATION_GEN};
+use super::lru_gen::{type_of, GenState, MAX_NR_GENS, PROBATION_GEN};
 use super::Vmscan;
 use crate::mem::folio::{Folio, ACTIVE, ANON, GEN_MASK, GEN_SHIFT, LRU, UNEVICTABLE};
 use crate::mem::pool::FramePool;
@@ -240,15 +240,20 @@ impl<'a> LruGuard<'a> {
     /// [`LruGuard::add`], except that under the multi-generational LRU's loop protection
     /// ([`super::lru_gen`]) a candidate refault takes the admission test, and a file folio read
     /// for the first time goes to probation once the cache is full (free frames at or below
-    /// the high watermark).
+    /// the high watermark), the admission hand moving one resident on as it does.
     pub(crate) fn add_new(&mut self, folio: &Folio) {
         let gen = &self.lists.gen;
         if gen.enabled && gen.loop_protection && !folio.is_unevictable() {
             let refaulted = folio.clear_refaulted();
             let probation = if folio.clear_probation() {
                 Vmscan::lru_gen_admit(self, folio)
+            } else if !refaulted && folio.flags() & (ACTIVE | ANON) == 0 && !self.filling() {
+                // A first read: to probation, and the admission hand moves on as for a
+                // candidate, so that the residents' marks age with every folio sent there.
+                Vmscan::lru_gen_hand(self, type_of(folio.flags()));
+                true
             } else {
-                !refaulted && folio.flags() & (ACTIVE | ANON) == 0 && !self.filling()
+                false
             };
             if probation {
                 let t = usize::from(folio.flags() & ANON == 0);

@@ -56,10 +56,10 @@
 //! | the folio | its claim | where it goes |
 //! |---|---|---|
 //! | a first read while the cache is still filling (reclaim has not run since a quarter of the frames were last free) | none needed: there is room | generations (normal), as LIRS fills its resident set |
-//! | a first read once the cache is full | none: no use seen | its type's *probation* list |
+//! | a first read once the cache is full | none: no use seen | its type's *probation* list; the hand (below) takes one step |
 //! | a refault beyond the type's resident frames | none its shadow can still tell | generations (normal), as a new folio |
 //! | a refault within reach that had been used again before its eviction (`n` ≥ 1, `WORKINGSET` included), or whose tier is protected | a reuse shorter than the cache | generations (normal, or youngest) |
-//! | a refault within reach with no reuse recorded (`n` = 0) | a *candidate*: it competes with the resident reclaim would take next, the tail of the oldest non-empty generation | generations if that resident is idle; else probation — the resident, used since reclaim last looked, keeps its place, its `REFERENCED` cleared and moved a generation up (a clock hand that advances one folio per candidate turned away, so residents that stop being used lose their claim) |
+//! | a refault within reach with no reuse recorded (`n` = 0) | a *candidate*: it competes with the resident reclaim would take next, the tail of the oldest non-empty generation | generations if that resident is idle; else probation — the resident, used since reclaim last looked, keeps its place, its `REFERENCED` cleared and moved a generation up (a clock hand that takes one step per folio sent to probation, candidate or first read, so residents that stop being used lose their claim) |
 //!
 //! Reclaim takes a type's probation list first while it holds more than its *target*, the
 //! frames that let a folio on probation stay long enough for a reuse to be seen — and also below
@@ -74,13 +74,19 @@
 //! reached); the rest are evicted, marked in their shadows as evicted from probation.
 //!
 //! On a loop the residents are all used once per pass, so every refault is turned away and the
-//! resident share stays (the hand sweeps the residents once per 1/(L/C − 1) passes, so this
-//! holds for loops up to twice the cache); a stream's first reads pass through probation without
-//! touching the residents; an old working set that comes back is let in at once where its folios
-//! had been used more than once, else once the hand has found the residents idle. Switched off
-//! (`CacheConfig::loop_protection`), every folio is added normally. What each part contributes
-//! is measured by the `evict` suite's `multigen` (off) and `multigen-loop` (on) variants
-//! (docs/BENCHMARKS.md).
+//! resident share stays (after the first pass a loop has no first reads: the hand takes one step
+//! per miss and sweeps the residents once per 1/(L/C − 1) passes, so this holds for loops up to
+//! twice the cache); a stream's first reads pass through probation, moving the hand one resident
+//! per folio, which a resident in use survives (it is used again before the hand is back); an
+//! old working set that comes back is let in at once where its folios had been used more than
+//! once, else once the hand has found the residents idle. A new working set never seen before
+//! has its first pass on probation, but that pass moves the hand over the old set's residents,
+//! so its second pass finds them idle and is let in (the hand's steps on first reads are what
+//! make this one pass rather than two: with only candidates moving it, the second pass's
+//! refaults would be turned away, one per resident still marked from the old set's last pass).
+//! Switched off (`CacheConfig::loop_protection`), every folio is added normally. What each part
+//! contributes is measured by the `evict` suite's `multigen` (off) and `multigen-loop` (on)
+//! variants (docs/BENCHMARKS.md).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -356,23 +362,33 @@ impl Vmscan {
 
     /// The loop protection's admission test for a candidate (a recent refault, `PROBATION` set
     /// by [`Vmscan::lru_gen_refault`]) being added under the LRU lock: whether it goes to
-    /// probation. Looks at the tail of the type's oldest generation: used since reclaim last
-    /// looked, it keeps its place (its bit cleared, moved up a generation) and the candidate
-    /// waits on probation; idle, the candidate is added normally.
+    /// probation. One step of the hand ([`Vmscan::lru_gen_hand`]): the resident reclaim would
+    /// take next, used since the hand last passed it, keeps its place and the candidate waits
+    /// on probation; idle, the candidate is added normally.
     pub(crate) fn lru_gen_admit(g: &mut LruGuard<'_>, folio: &Folio) -> bool {
-        let type_ = type_of(folio.flags());
+        let in_use = Self::lru_gen_hand(g, type_of(folio.flags()));
+        if in_use {
+            g.lists.gen.rejected += 1;
+        } else {
+            g.lists.gen.admitted += 1;
+        }
+        in_use
+    }
+
+    /// One step of the admission hand over the residents of `type_`, taken for every folio
+    /// sent to probation or tested for it: looks at the resident reclaim would take next, the
+    /// tail of the oldest generation holding any. Used since the hand last passed it
+    /// (`REFERENCED`), it keeps its place — its mark cleared, moved a generation up (or to the
+    /// head of the youngest) — and the step returns `true`; idle, or with no resident, `false`.
+    pub(crate) fn lru_gen_hand(g: &mut LruGuard<'_>, type_: usize) -> bool {
         let (min, max) = (g.lists.gen.min_seq[type_], g.lists.gen.max_seq);
-        // The resident reclaim would take next: the tail of the oldest generation holding any.
         let oldest = (min..=max).find_map(|seq| {
             g.tail_of(gen_list(type_, (seq % MAX_NR_GENS as u64) as usize))
                 .map(|v| (seq, v))
         });
         let Some((seq, v)) = oldest.filter(|(_, v)| v.clear_referenced()) else {
-            g.lists.gen.admitted += 1;
             return false;
         };
-        g.lists.gen.rejected += 1;
-        // The hand moves on: the resident goes a generation up (or to the head of the youngest).
         let to = (seq.min(max - 1) + 1) % MAX_NR_GENS as u64;
         g.move_to_gen(v, to as usize, false);
         true
