@@ -440,3 +440,60 @@ fn the_admission_test_turns_away_refaults_while_the_residents_are_in_use() {
     );
     check_gens(&cache, &cache.stats());
 }
+
+/// Readahead its reader has not reached waits on probation: reclaim goes round probation once
+/// past it and then takes from the generations, instead of moving it into them unused (where,
+/// read once, it would take a resident's place); once read, it goes from probation like any
+/// folio used once.
+#[test]
+fn read_ahead_waits_on_probation_for_its_reader() {
+    let mut cfg = config(256, ReclaimPolicy::MultiGen, true);
+    cfg.readahead_max = 8 * PAGE;
+    let cache = PageCache::new(cfg).unwrap();
+    let f = File::open(&cache, 96, 9);
+    let cached = |p: usize| f.f.is_cached((p * PAGE) as u64, PAGE);
+    let gens = |s: &CacheStats| -> usize {
+        let g = s.lru_gen.as_ref().unwrap();
+        g.gens.iter().map(|&(_, _, file)| file).sum()
+    };
+    // Pages 0..64 in the generations (the cache is filling); 0..32, the oldest, evicted.
+    for p in 0..64 {
+        f.read(p);
+    }
+    assert_eq!(cache.shrink(32), 32);
+    // One handle reads 0..20 in order: refaults without a reuse, turned away to probation
+    // while the residents are in use, and read ahead to page 29.
+    let h = f.f.reopen();
+    let mut b = vec![0u8; PAGE];
+    for p in 0..20 {
+        h.read_exact_at((p * PAGE) as u64, &mut b).unwrap();
+    }
+    let s = cache.stats();
+    let g = s.lru_gen.as_ref().unwrap();
+    assert_eq!(g.probation[FILE_TYPE], 30, "{g:?}");
+    assert!(g.probation_target < 10, "{g:?}");
+    assert!((20..30).all(cached));
+    // Reclaim takes the 20 read ones, the tail of probation.
+    assert_eq!(cache.shrink(20), 20);
+    assert!((0..20).all(|p| !cached(p)) && (20..30).all(cached));
+    // Probation holds only the 10 unread ones, above its target: reclaim goes round them and
+    // takes from the generations.
+    let gens_before = gens(&cache.stats());
+    assert_eq!(cache.shrink(2), 2);
+    let s = cache.stats();
+    assert_eq!(
+        s.lru_gen.as_ref().unwrap().probation[FILE_TYPE],
+        10,
+        "{s:?}"
+    );
+    assert_eq!(gens(&s), gens_before - 2);
+    assert!((20..30).all(cached), "the readahead waited");
+    // Its reader gets there (hits: they are cached), and then those folios, read once, are
+    // the first to go.
+    for p in 20..30 {
+        h.read_exact_at((p * PAGE) as u64, &mut b).unwrap();
+    }
+    assert_eq!(cache.shrink(4), 4);
+    assert!((20..24).all(|p| !cached(p)) && (24..30).all(cached));
+    check_gens(&cache, &cache.stats());
+}

@@ -70,8 +70,12 @@
 //! its size; one evicted from the generations that comes back within reach would have been kept
 //! had the generations had more room, so it shrinks by as much (from 1/16 of the budget, between
 //! 1/64 and 1/2). On a probation folio's turn: one used again since it was added joins the
-//! generations (`min_seq + 1`), as does one not used at all yet (readahead its reader has not
-//! reached); the rest are evicted, marked in their shadows as evicted from probation.
+//! generations (`min_seq + 1`); one not used at all yet (readahead its reader has not reached)
+//! goes back to probation's head to wait for its reader — in the generations, used once, it
+//! would take a resident's place — and once a round of probation found only such folios (read
+//! ahead in windows larger than probation), reclaim takes from the generations for the rest of
+//! that round (with the generations empty, they join them); the rest are evicted, marked in
+//! their shadows as evicted from probation.
 //!
 //! On a loop the residents are all used once per pass, so every refault is turned away and the
 //! resident share stays (after the first pass a loop has no first reads: the hand takes one step
@@ -566,14 +570,22 @@ impl Vmscan {
             // Below the floor the generations go first, unless a batch's worth of their oldest
             // folios in a row were protected: then what probation holds is what is cold.
             let on_probation = g.frames_of(probation);
-            let from_probation = on_probation > 0
+            // A whole round of probation was readahead not yet used: the generations go
+            // first for the rest of this round of reclaim.
+            let mut from_probation = on_probation > sc.probation_rotated[type_]
                 && (protected_run >= SWAP_CLUSTER_MAX
                     || on_probation > self.lru_gen.probation_target());
+            // The generations are empty: probation is all there is, unused or not.
+            let mut last_resort = false;
             let list = if from_probation {
                 probation
             } else {
                 match self.ready_oldest(&mut g, type_) {
                     Some(l) => l,
+                    None if on_probation > 0 => {
+                        (from_probation, last_resort) = (true, true);
+                        probation
+                    }
                     None => break,
                 }
             };
@@ -587,9 +599,17 @@ impl Vmscan {
             };
             if from_probation {
                 if flags & REFERENCED == 0 {
-                    // Not used yet (readahead ahead of its reader, in a cache too small for
-                    // its window): it joins the generations as a plain new folio would.
-                    g.move_to_gen(f, next, false);
+                    // Not used yet: readahead ahead of its reader. It waits for its reader
+                    // back at probation's head — in the generations, used once, it would take
+                    // a resident's place. Once a whole round found only such folios (windows
+                    // larger than probation), reclaim takes from the generations instead; with
+                    // nothing there, it joins them as a plain new folio would.
+                    if !last_resort {
+                        sc.probation_rotated[type_] += n;
+                        g.move_to_head(f);
+                    } else {
+                        g.move_to_gen(f, next, false);
+                    }
                     continue;
                 }
                 if uses_of(flags) > 0 {

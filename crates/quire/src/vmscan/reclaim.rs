@@ -93,6 +93,9 @@ pub(crate) struct ScanControl {
     pub nr_dirty: usize,
     /// Folios under write-back met at the inactive tail this round.
     pub nr_writeback: usize,
+    /// Per type, frames of readahead not yet used that the multi-generational LRU sent back to
+    /// probation's head this round (a whole round of probation ends its turn first).
+    pub probation_rotated: [usize; 2],
 }
 
 impl Vmscan {
