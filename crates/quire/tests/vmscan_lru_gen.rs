@@ -441,10 +441,11 @@ fn the_admission_test_turns_away_refaults_while_the_residents_are_in_use() {
     check_gens(&cache, &cache.stats());
 }
 
-/// Readahead its reader has not reached waits on probation: reclaim goes round probation once
-/// past it and then takes from the generations, instead of moving it into them unused (where,
-/// read once, it would take a resident's place); once read, it goes from probation like any
-/// folio used once.
+/// Readahead its reader has not reached waits on probation for one more turn instead of moving
+/// into the generations unused (where, read once, it would take a resident's place): reclaim
+/// goes round probation once past it and takes from the generations; still unread on its next
+/// turn (a later round), it is evicted; once read, it goes from probation like any folio used
+/// once.
 #[test]
 fn read_ahead_waits_on_probation_for_its_reader() {
     let mut cfg = config(256, ReclaimPolicy::MultiGen, true);
@@ -488,12 +489,20 @@ fn read_ahead_waits_on_probation_for_its_reader() {
     );
     assert_eq!(gens(&s), gens_before - 2);
     assert!((20..30).all(cached), "the readahead waited");
-    // Its reader gets there (hits: they are cached), and then those folios, read once, are
+    // The next round finds them still unread, their extra turn had: the first two go, and
+    // the generations are not touched.
+    let gens_before = gens(&cache.stats());
+    assert_eq!(cache.shrink(2), 2);
+    let s = cache.stats();
+    assert_eq!(s.lru_gen.as_ref().unwrap().probation[FILE_TYPE], 8, "{s:?}");
+    assert_eq!(gens(&s), gens_before);
+    assert!(!cached(20) && !cached(21) && (22..30).all(cached));
+    // Its reader gets to the rest (hits: they are cached), and those folios, read once, are
     // the first to go.
-    for p in 20..30 {
+    for p in 22..30 {
         h.read_exact_at((p * PAGE) as u64, &mut b).unwrap();
     }
     assert_eq!(cache.shrink(4), 4);
-    assert!((20..24).all(|p| !cached(p)) && (24..30).all(cached));
+    assert!((22..26).all(|p| !cached(p)) && (26..30).all(cached));
     check_gens(&cache, &cache.stats());
 }

@@ -71,11 +71,14 @@
 //! had the generations had more room, so it shrinks by as much (from 1/16 of the budget, between
 //! 1/64 and 1/2). On a probation folio's turn: one used again since it was added joins the
 //! generations (`min_seq + 1`); one not used at all yet (readahead its reader has not reached)
-//! goes back to probation's head to wait for its reader — in the generations, used once, it
-//! would take a resident's place — and once a round of probation found only such folios (read
-//! ahead in windows larger than probation), reclaim takes from the generations for the rest of
-//! that round (with the generations empty, they join them); the rest are evicted, marked in
-//! their shadows as evicted from probation.
+//! gets one more turn, back at probation's head (`PROBATION` marks it as having had it) — in
+//! the generations, used once, it would take a resident's place — and once a round of
+//! probation found only such folios (read ahead in windows larger than probation), that round
+//! of reclaim takes from the generations (should they give nothing, probation goes first
+//! again); the rest, and such a folio still unused on its next turn (a reader slower than that,
+//! or gone), are evicted, marked in their shadows as evicted from probation. With the
+//! generations empty, reclaim takes from probation whatever its size, an unused folio that had
+//! its turn joining the generations.
 //!
 //! On a loop the residents are all used once per pass, so every refault is turned away and the
 //! resident share stays (after the first pass a loop has no first reads: the hand takes one step
@@ -599,21 +602,29 @@ impl Vmscan {
             };
             if from_probation {
                 if flags & REFERENCED == 0 {
-                    // Not used yet: readahead ahead of its reader. It waits for its reader
-                    // back at probation's head — in the generations, used once, it would take
-                    // a resident's place. Once a whole round found only such folios (windows
-                    // larger than probation), reclaim takes from the generations instead; with
-                    // nothing there, it joins them as a plain new folio would.
-                    if !last_resort {
+                    // Not used yet: readahead ahead of its reader. It gets one more turn, back
+                    // at probation's head (`PROBATION` says it had it) — in the generations,
+                    // used once, it would take a resident's place. Once a whole round of
+                    // probation was such folios (windows larger than probation), this round of
+                    // reclaim takes from the generations; should they give nothing, probation
+                    // goes first again (see `lru_gen_shrink`). Still unused on its next turn (a
+                    // reader slower than that, or gone), the folio is evicted — or, with the
+                    // generations empty, joins them as a plain new folio would.
+                    if flags & PROBATION == 0 {
+                        f.set_probation();
                         sc.probation_rotated[type_] += n;
                         g.move_to_head(f);
-                    } else {
-                        g.move_to_gen(f, next, false);
+                        continue;
                     }
-                    continue;
-                }
-                if uses_of(flags) > 0 {
+                    if last_resort {
+                        f.clear_probation();
+                        g.move_to_gen(f, next, false);
+                        continue;
+                    }
+                    // Its extra turn is spent: evicted below.
+                } else if uses_of(flags) > 0 {
                     // Used again while on probation: it joins the generations.
+                    f.clear_probation();
                     g.move_to_gen(f, next, false);
                     self.counters.add(Event::PgActivate, n as u64);
                     continue;
@@ -637,6 +648,7 @@ impl Vmscan {
             if type_ == FILE_TYPE && flags & (DIRTY | WRITEBACK) != 0 {
                 // The flusher writes it; its write-back end rotates it to the oldest tail.
                 f.set_reclaim();
+                f.clear_probation();
                 g.move_to_gen(f, next, false);
                 self.counters.add(Event::PgActivate, n as u64);
                 if flags & WRITEBACK != 0 {
@@ -648,6 +660,7 @@ impl Vmscan {
             }
             if !f.try_get() {
                 // Frozen (changed in place right now): leave it for the next round.
+                f.clear_probation();
                 g.move_to_gen(f, next, false);
                 continue;
             }
@@ -710,6 +723,12 @@ impl Vmscan {
             let before = budget;
             let want = (nr_to_reclaim - sc.nr_reclaimed).min(SWAP_CLUSTER_MAX);
             let folios = self.lru_gen_isolate(pool, type_, want, &mut budget, &mut sc);
+            if folios.is_empty() && sc.probation_rotated[type_] > 0 {
+                // The generations gave nothing after a round of probation's unused readahead:
+                // probation goes first again, and what already had its extra turn is evicted.
+                sc.probation_rotated[type_] = 0;
+                continue;
+            }
             if folios.is_empty() && budget == before {
                 empty[type_] = true;
                 continue;

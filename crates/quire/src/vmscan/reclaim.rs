@@ -94,7 +94,8 @@ pub(crate) struct ScanControl {
     /// Folios under write-back met at the inactive tail this round.
     pub nr_writeback: usize,
     /// Per type, frames of readahead not yet used that the multi-generational LRU sent back to
-    /// probation's head this round (a whole round of probation ends its turn first).
+    /// probation's head this round for their one more turn (a whole round of them, and the
+    /// generations go first for the rest of the round).
     pub probation_rotated: [usize; 2],
 }
 
