@@ -26,7 +26,7 @@ use crate::sync::loom::{Mutex, MutexGuard};
 
 use super::lru_gen::{type_of, GenState, MAX_NR_GENS, PROBATION_GEN};
 use super::Vmscan;
-use crate::mem::folio::{Folio, ACTIVE, ANON, GEN_MASK, GEN_SHIFT, LRU, UNEVICTABLE};
+use crate::mem::folio::{Folio, ACTIVE, ANON, GEN_MASK, GEN_SHIFT, LRU, PROBATION, UNEVICTABLE};
 use crate::mem::pool::FramePool;
 
 /// No folio (an empty link).
@@ -346,9 +346,17 @@ impl<'a> LruGuard<'a> {
         self.link(folio, l, false);
     }
 
-    /// Moves `folio` (on a generation list) to generation `gen` of its type, at the head (or
-    /// the tail).
+    /// Moves `folio` (on a generation or probation list) to generation `gen` of its type, at
+    /// the head (or the tail). A folio leaving probation this way spends its `PROBATION` mark,
+    /// as [`LruGuard::add`] does for one put back.
     pub(crate) fn move_to_gen(&mut self, folio: &Folio, gen: usize, tail: bool) {
+        debug_assert!(
+            gen < MAX_NR_GENS,
+            "move_to_gen to a list that is no generation"
+        );
+        if folio.flags() & PROBATION != 0 {
+            folio.clear_probation();
+        }
         self.unlink(folio);
         folio.set_gen_bits(gen as u64 + 1);
         let l = list_of(folio.flags());

@@ -77,8 +77,7 @@
 //! of reclaim takes from the generations (should they give nothing, probation goes first
 //! again); the rest, and such a folio still unused on its next turn (a reader slower than that,
 //! or gone), are evicted, marked in their shadows as evicted from probation. With the
-//! generations empty, reclaim takes from probation whatever its size, an unused folio that had
-//! its turn joining the generations.
+//! generations empty, reclaim takes from probation whatever its size.
 //!
 //! On a loop the residents are all used once per pass, so every refault is turned away and the
 //! resident share stays (after the first pass a loop has no first reads: the hand takes one step
@@ -578,15 +577,14 @@ impl Vmscan {
             let mut from_probation = on_probation > sc.probation_rotated[type_]
                 && (protected_run >= SWAP_CLUSTER_MAX
                     || on_probation > self.lru_gen.probation_target());
-            // The generations are empty: probation is all there is, unused or not.
-            let mut last_resort = false;
             let list = if from_probation {
                 probation
             } else {
                 match self.ready_oldest(&mut g, type_) {
                     Some(l) => l,
+                    // The generations are empty: probation is all there is, unused or not.
                     None if on_probation > 0 => {
-                        (from_probation, last_resort) = (true, true);
+                        from_probation = true;
                         probation
                     }
                     None => break,
@@ -608,23 +606,16 @@ impl Vmscan {
                     // probation was such folios (windows larger than probation), this round of
                     // reclaim takes from the generations; should they give nothing, probation
                     // goes first again (see `lru_gen_shrink`). Still unused on its next turn (a
-                    // reader slower than that, or gone), the folio is evicted — or, with the
-                    // generations empty, joins them as a plain new folio would.
+                    // reader slower than that, or gone), the folio is evicted.
                     if flags & PROBATION == 0 {
                         f.set_probation();
                         sc.probation_rotated[type_] += n;
                         g.move_to_head(f);
                         continue;
                     }
-                    if last_resort {
-                        f.clear_probation();
-                        g.move_to_gen(f, next, false);
-                        continue;
-                    }
                     // Its extra turn is spent: evicted below.
                 } else if uses_of(flags) > 0 {
                     // Used again while on probation: it joins the generations.
-                    f.clear_probation();
                     g.move_to_gen(f, next, false);
                     self.counters.add(Event::PgActivate, n as u64);
                     continue;
@@ -648,7 +639,6 @@ impl Vmscan {
             if type_ == FILE_TYPE && flags & (DIRTY | WRITEBACK) != 0 {
                 // The flusher writes it; its write-back end rotates it to the oldest tail.
                 f.set_reclaim();
-                f.clear_probation();
                 g.move_to_gen(f, next, false);
                 self.counters.add(Event::PgActivate, n as u64);
                 if flags & WRITEBACK != 0 {
@@ -660,7 +650,6 @@ impl Vmscan {
             }
             if !f.try_get() {
                 // Frozen (changed in place right now): leave it for the next round.
-                f.clear_probation();
                 g.move_to_gen(f, next, false);
                 continue;
             }
