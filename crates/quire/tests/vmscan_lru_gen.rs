@@ -400,6 +400,37 @@ fn a_refault_is_charged_to_the_tier_it_left() {
     }
 }
 
+/// With the loop protection, reclaim keeps what the admission hand keeps: at the oldest tail, a
+/// folio with a reuse on record that was used since reclaim last looked moves up a generation,
+/// its mark spent, and must be used again to stay; one read only once goes, used or not. The
+/// kernel's generations (loop protection off) evict it: tier 1 is not protected before
+/// refaults say so.
+#[test]
+fn reclaim_keeps_a_resident_in_use_with_a_reuse_on_record() {
+    for lp in [true, false] {
+        let cache = PageCache::new(config(256, ReclaimPolicy::MultiGen, lp)).unwrap();
+        let f = File::open(&cache, 8, 8);
+        let cached = |p: usize| f.f.is_cached((p * PAGE) as u64, PAGE);
+        // Pages 0..5 read once each, 0 the oldest; then page 0 read again.
+        for p in 0..5 {
+            f.read(p);
+        }
+        f.read(0);
+        assert_eq!(cache.shrink(1), 1);
+        if !lp {
+            assert!(!cached(0) && cached(1), "multigen: the oldest went");
+            continue;
+        }
+        assert!(cached(0) && !cached(1), "page 0 stayed, page 1 went");
+        // Pages 2..5 go next, then page 0: not used since reclaim last looked.
+        assert_eq!(cache.shrink(3), 3);
+        assert!(cached(0) && (1..5).all(|p| !cached(p)));
+        assert_eq!(cache.shrink(1), 1);
+        assert!(!cached(0), "page 0 went once idle");
+        check_gens(&cache, &cache.stats());
+    }
+}
+
 /// The admission test: a recent refault with no reuse on record, added while the oldest
 /// resident was used since reclaim last looked, waits on probation — and the resident, its
 /// mark spent, moves up a generation; once the residents are idle, a candidate is let in.

@@ -57,7 +57,8 @@
 //! |---|---|---|
 //! | a first read while the cache is still filling (reclaim has not run since a quarter of the frames were last free) | none needed: there is room | generations (normal), as LIRS fills its resident set |
 //! | a first read once the cache is full | none: no use seen | its type's *probation* list; the hand (below) takes one step |
-//! | a refault beyond the type's resident frames | none its shadow can still tell | generations (normal), as a new folio |
+//! | a refault beyond the type's resident frames that had been used again before its eviction (`n` ≥ 1) | a reuse, though longer than the cache (a working set coming back) | generations (normal) |
+//! | a refault beyond the type's resident frames with no reuse recorded (`n` = 0) | none: its shadow tells nothing a first read would not | as a first read: probation once the cache is full |
 //! | a refault within reach that had been used again before its eviction (`n` ≥ 1, `WORKINGSET` included), or whose tier is protected | a reuse shorter than the cache | generations (normal, or youngest) |
 //! | a refault within reach with no reuse recorded (`n` = 0) | a *candidate*: it competes with the resident reclaim would take next, the tail of the oldest non-empty generation | generations if that resident is idle; else probation — the resident, used since reclaim last looked, keeps its place, its `REFERENCED` cleared and moved a generation up (a clock hand that takes one step per folio sent to probation, candidate or first read, so residents that stop being used lose their claim) |
 //!
@@ -78,6 +79,16 @@
 //! again); the rest, and such a folio still unused on its next turn (a reader slower than that,
 //! or gone), are evicted, marked in their shadows as evicted from probation. With the
 //! generations empty, reclaim takes from probation whatever its size.
+//!
+//! Reclaim keeps what the hand keeps: a folio at the oldest tail that has a reuse on record
+//! (`n` ≥ 1) and was used since the hand or reclaim last looked (`REFERENCED`) moves up a
+//! generation as a protected tier's folio does (its count started over, `WORKINGSET` set,
+//! `REFERENCED` cleared), so it must be used again to stay; a folio used only once, however
+//! recently, is not kept (every loop resident is read once per pass and would then never go).
+//! Without this, eviction from the oldest generation is first in, first out for folios used
+//! two to four times (the feedback rarely protects tiers 1–2 on a Zipf workload: their refault
+//! rate stays under twice tier 0's), and the hand's second chance reaches only the resident it
+//! passes on each miss.
 //!
 //! On a loop the residents are all used once per pass, so every refault is turned away and the
 //! resident share stays (after the first pass a loop has no first reads: the hand takes one step
@@ -420,9 +431,11 @@ impl Vmscan {
 
     /// `folio`, not yet on any list, is read in over `shadow`: counts the refault for the tier
     /// it was evicted from if its refault distance is within the type's resident frames,
-    /// restores its uses, sends it to the youngest generation if that tier is protected now,
-    /// and moves the set-dueling counter if its slot is a leader. The kernel's
-    /// `lru_gen_refault`.
+    /// restores its uses, sends it to the youngest generation if that tier is protected now.
+    /// With the loop protection it also adapts the probation target, and marks how the folio
+    /// is to be added: `REFAULTED` unless its refault is beyond reach with no reuse on record
+    /// (then it is added as a first read), `PROBATION` as well for a candidate of the admission
+    /// test (within reach, no reuse on record). The kernel's `lru_gen_refault`.
     pub(crate) fn lru_gen_refault(&self, folio: &Folio, shadow: u64) -> super::Refault {
         let nr = folio.nr_frames() as u64;
         let sh = super::GenShadow::unpack(shadow);
@@ -439,7 +452,11 @@ impl Vmscan {
         };
         let resident = self.type_frames(type_) as u64;
         if self.loop_protection {
-            folio.set_refaulted();
+            // Beyond reach with no reuse on record, the shadow tells nothing a first read
+            // would not: the folio is added as one (to probation).
+            if distance <= resident || n > 0 {
+                folio.set_refaulted();
+            }
             self.lru_gen
                 .adapt_probation(sh.probation, distance, resident, nr);
         }
@@ -546,7 +563,8 @@ impl Vmscan {
     }
 
     /// Takes folios to evict from `type_`: first from its probation list, then from the tail
-    /// of its oldest generation, protecting tiers the feedback says refault more than tier 0,
+    /// of its oldest generation, protecting tiers the feedback says refault more than tier 0
+    /// (and, with the loop protection, folios with a reuse on record used since last looked),
     /// moving dirty folios and folios under write-back on (with `RECLAIM`), until `nr` frames
     /// are taken or `budget` frames were looked at. The kernel's `scan_folios` / `sort_folio`.
     #[doc(alias = "scan_folios")]
@@ -623,7 +641,10 @@ impl Vmscan {
             } else {
                 let uses = uses_of(flags);
                 let tier = tier_of_uses(uses);
-                if tier > tier_idx || uses == MAX_REFS + 1 {
+                // With the loop protection, a folio with a reuse on record that was used
+                // since the hand or reclaim last looked is kept as the hand keeps it.
+                let claim = self.loop_protection && uses > 0 && flags & REFERENCED != 0;
+                if tier > tier_idx || uses == MAX_REFS + 1 || claim {
                     self.lru_gen.protected[type_][tier].fetch_add(n as u64, Ordering::Relaxed);
                     // Protected: a generation younger, its count started over but marked as
                     // having been in the working set (its one use beyond the first, should it be
@@ -812,5 +833,72 @@ mod tests {
         f.reset(FILE_TYPE);
         assert_eq!(f.avg_total[FILE_TYPE][0].load(r), 500);
         assert_eq!(f.evicted[FILE_TYPE][0].load(r), 0);
+    }
+
+    /// How a refault is added, from its shadow: within the type's resident frames with no
+    /// reuse on record it is a candidate for the admission test (`PROBATION`); with one, it
+    /// joins the generations; beyond them, with a reuse on record it joins the generations, and
+    /// with none it is added as a first read (neither mark: to probation once the cache is
+    /// full). Without the loop protection nothing is marked.
+    #[test]
+    fn a_refault_is_added_by_what_its_shadow_tells() {
+        use crate::mem::{FramePool, FRAME_SIZE};
+        use crate::vmscan::workingset::GenShadow;
+        use crate::vmscan::{ReclaimPolicy, VmConfig};
+        let pool = FramePool::with_caches(16 * FRAME_SIZE, 1, 0).unwrap();
+        let vm = |loop_protection| {
+            Vmscan::new(VmConfig {
+                policy: ReclaimPolicy::MultiGen,
+                workingset: true,
+                loop_protection,
+                shadow_shrinker: false,
+                frames: 16,
+                wait_policy: crate::sync::bitwait::WaitPolicy::Exact,
+                alloc_timeout: std::time::Duration::from_secs(1),
+            })
+        };
+        // (distance, uses beyond the first, workingset) → (REFAULTED, PROBATION). (A shadow's
+        // uses count `WORKINGSET` as one.)
+        let cases = [
+            ((2, 0, false), (true, true)),
+            ((2, 1, false), (true, false)),
+            ((2, 1, true), (true, false)),
+            ((6, 0, false), (false, false)),
+            ((6, 1, false), (true, false)),
+            ((6, 1, true), (true, false)),
+        ];
+        for lp in [true, false] {
+            let vm = vm(lp);
+            // Four residents: refaults within 4 frames of their eviction are within reach.
+            let residents: Vec<_> = (0..4).map(|_| pool.alloc(0).unwrap()).collect();
+            for f in &residents {
+                f.set_mapping(7);
+                vm.lru_add(&pool, f);
+            }
+            vm.drain_all(&pool);
+            assert_eq!(vm.type_frames(FILE_TYPE), 4);
+            vm.workingset_activation(100);
+            for ((distance, uses, workingset), want) in cases {
+                let shadow = GenShadow {
+                    age: vm.nonresident_age() - distance,
+                    uses,
+                    workingset,
+                    probation: false,
+                }
+                .pack();
+                let f = pool.alloc(0).unwrap();
+                vm.lru_gen_refault(&f, shadow);
+                let got = (f.is_refaulted(), f.is_probation());
+                let want = if lp { want } else { (false, false) };
+                assert_eq!(
+                    got, want,
+                    "loop protection {lp}: distance {distance}, uses {uses}, workingset {workingset}"
+                );
+            }
+            for f in &residents {
+                f.set_mapping(0);
+                vm.lru_del(&pool, f);
+            }
+        }
     }
 }

@@ -256,7 +256,7 @@ pub(crate) struct Vmscan {
     workingset: bool,
     /// Loop protection's adaptive insertion (multi-generational LRU only).
     loop_protection: bool,
-    /// The multi-generational LRU's refault feedback and set-dueling counter.
+    /// The multi-generational LRU's refault feedback and the loop protection's probation target.
     lru_gen: lru_gen::Feedback,
     shadow_shrinker: bool,
     max_shadow_nodes: usize,
