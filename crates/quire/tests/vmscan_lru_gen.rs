@@ -537,3 +537,45 @@ fn read_ahead_waits_on_probation_for_its_reader() {
     assert!((22..26).all(|p| !cached(p)) && (26..30).all(cached));
     check_gens(&cache, &cache.stats());
 }
+
+/// A round of reclaim that takes from the generations only because probation holds readahead
+/// waiting for its reader takes the oldest resident there, in use or not: keeping every
+/// resident in use (reclaim's usual claim) would sweep the generations in one round, every
+/// mark cleared — a loop's residents are all in use, and its share would go.
+#[test]
+fn a_round_behind_waiting_read_ahead_takes_the_oldest_resident() {
+    let mut cfg = config(256, ReclaimPolicy::MultiGen, true);
+    cfg.readahead_max = 8 * PAGE;
+    let cache = PageCache::new(cfg).unwrap();
+    let f = File::open(&cache, 96, 10);
+    let cached = |p: usize| f.f.is_cached((p * PAGE) as u64, PAGE);
+    let gen_totals =
+        |s: &CacheStats| -> u64 { s.lru_gen.as_ref().unwrap().total[FILE_TYPE].iter().sum() };
+    // Pages 0..64 in the generations (the cache is filling); 0..32, the oldest, evicted.
+    for p in 0..64 {
+        f.read(p);
+    }
+    assert_eq!(cache.shrink(32), 32);
+    // One handle reads 0..20 in order (turned away to probation, read ahead to page 29);
+    // then 32..64 are read again: in use, each with a reuse on record.
+    let h = f.f.reopen();
+    let mut b = vec![0u8; PAGE];
+    for p in 0..20 {
+        h.read_exact_at((p * PAGE) as u64, &mut b).unwrap();
+    }
+    for p in 32..64 {
+        f.read(p);
+    }
+    // Reclaim takes the 20 read ones, the tail of probation; the 10 unread ones are left.
+    assert_eq!(cache.shrink(20), 20);
+    assert!((0..20).all(|p| !cached(p)) && (20..30).all(cached));
+    // The next round goes round them and takes the two oldest residents: looked at and
+    // evicted, nothing protected (the per-tier totals count both).
+    let before = gen_totals(&cache.stats());
+    assert_eq!(cache.shrink(2), 2);
+    let s = cache.stats();
+    assert_eq!(gen_totals(&s), before + 2, "{:?}", s.lru_gen);
+    assert!((20..30).all(cached), "the readahead waited");
+    assert_eq!((32..64).filter(|&p| !cached(p)).count(), 2);
+    check_gens(&cache, &s);
+}
