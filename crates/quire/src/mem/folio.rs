@@ -36,7 +36,7 @@
 //! | 21–23 | generation ([`GEN_SHIFT`]) | the multi-generational LRU's generation plus one, 0 when the folio is on no generation list | the LRU lock holder |
 //! | 24–25 | refs ([`REFS_SHIFT`]) | accesses through file descriptors beyond the first (saturating at 3): the folio's tier | [`Folio::inc_refs`] (lock-free) / reclaim |
 //! | 26 | [`PROBATION`] | a recent refault the loop protection will test when it is added; on a probation list: its one extra turn was given | reclaim (refault) / the LRU lock holder |
-//! | 27 | [`REFAULTED`] | read in over a shadow (not a first read): how the multi-generational LRU adds it | reclaim (refault) / the LRU lock holder |
+//! | 27 | [`REFAULTED`] | read in over a shadow that still tells something (a refault within reach, or one with a reuse on record): the multi-generational LRU's loop protection does not add it as a first read | reclaim (refault) / the LRU lock holder |
 //! | 28–31 | — | reserved for `mem` | |
 //! | 32–63 | — | free for upper layers: `mm` keeps the mapcount (32–47, `MAPCOUNT_BITS`: page-table entries mapping the folio) and the mlock count (48–63) of mapped folios, anonymous or file | their owners, with RMW ops |
 //!
@@ -184,7 +184,8 @@ pub const MAX_REFS: u64 = 3;
 /// A recent refault the loop protection tests when it is added; on a probation list, the folio
 /// had its one extra turn (see `vmscan::lru_gen`).
 pub const PROBATION: u64 = 1 << 26;
-/// Read in over a shadow entry rather than for the first time (see `vmscan::lru_gen`).
+/// Read in over a shadow entry that still tells something — a refault within reach, or one with
+/// a reuse on record — so not to be added as a first read (see `vmscan::lru_gen`).
 pub const REFAULTED: u64 = 1 << 27;
 /// Where the order is stored in the flag word.
 pub const ORDER_SHIFT: u32 = 16;

@@ -239,8 +239,10 @@ impl<'a> LruGuard<'a> {
     /// Links a folio its owner has just added (the batch drain of `folio_add_lru`): as
     /// [`LruGuard::add`], except that under the multi-generational LRU's loop protection
     /// ([`super::lru_gen`]) a candidate refault takes the admission test, and a file folio read
-    /// for the first time goes to probation once the cache is full (free frames at or below
-    /// the high watermark), the admission hand moving one resident on as it does.
+    /// for the first time — or over a shadow beyond reach with no reuse on record (neither
+    /// `REFAULTED` nor `PROBATION` set) — goes to probation once the cache is full (reclaim has
+    /// run since a quarter of the frames were last free), the admission hand moving one
+    /// resident on as it does.
     pub(crate) fn add_new(&mut self, folio: &Folio) {
         let gen = &self.lists.gen;
         if gen.enabled && gen.loop_protection && !folio.is_unevictable() {

@@ -26,7 +26,8 @@
 //!
 //! A folio's *tier* is `ceil(log2(n + 1))` of its uses beyond the first, `n` = refs + (1 if
 //! `WORKINGSET`): tier 0 used once, tier 1 twice, tier 2 three or four times, tier 3 five times.
-//! Per type and tier, reclaim counts the folios it *evicted*, the ones it *protected*, and the
+//! Per type and tier, reclaim counts the folios it *evicted*, the ones it *protected* (by tier
+//! or saturated use bits; not the loop protection's claims, below), and the
 //! *refaults* — a folio read again over a shadow whose refault distance is within the type's
 //! resident frames, charged to the tier the shadow recorded. The feedback loop (the kernel's PID
 //! controller: a proportional term over a decaying history — at each `min_seq` increment the
@@ -80,19 +81,21 @@
 //! or gone), are evicted, marked in their shadows as evicted from probation. With the
 //! generations empty, reclaim takes from probation whatever its size.
 //!
-//! Reclaim keeps what the hand keeps: a folio at the oldest tail that has a reuse on record
-//! (`n` ≥ 1) and was used since the hand or reclaim last looked (`REFERENCED`) moves up a
-//! generation as a protected tier's folio does (its count started over, `WORKINGSET` set,
-//! `REFERENCED` cleared), so it must be used again to stay; a folio used only once, however
-//! recently, is not kept (every loop resident is read once per pass and would then never go).
-//! Not in a round that takes from the generations only because probation holds readahead
-//! waiting for its reader: there the oldest goes, in use or not, since looking for an idle one
-//! would sweep every resident's mark away in one round (with order-0 folios a loop's share
-//! then collapsed in about one run in three, 0.38–0.54 instead of 0.744).
-//! Without this, eviction from the oldest generation is first in, first out for folios used
-//! two to four times (the feedback rarely protects tiers 1–2 on a Zipf workload: their refault
-//! rate stays under twice tier 0's), and the hand's second chance reaches only the resident it
-//! passes on each miss.
+//! *The claim*: reclaim also keeps a subset of what the hand keeps — a folio at the oldest tail
+//! that has a reuse on record (`n` ≥ 1) and was used since the hand or reclaim last looked
+//! (`REFERENCED`) moves up a generation as a protected tier's folio does (its count started
+//! over, `WORKINGSET` set, `REFERENCED` cleared), so it must be used again to stay; a folio used
+//! only once, however recently, is not kept. (The `n` ≥ 1 test does not keep a loop's
+//! residents out: the hand passes a resident less than once per pass, so a second read gives it
+//! a reuse, and the `WORKINGSET` a claim sets keeps one on record.) The feedback does not count
+//! claims as protected: it measures the tiers' own protection. No claim is made where the
+//! generations are taken from only because probation holds readahead waiting for its reader:
+//! there the oldest goes, in use or not, since looking for an idle one would sweep every
+//! resident's mark away in one round (with order-0 folios a loop's share then collapsed in
+//! about one run in three, 0.38–0.54 instead of 0.744). Without the claim, eviction from the
+//! oldest generation is first in, first out for folios used two to four times (the feedback
+//! rarely protects tiers 1–2 on a Zipf workload: their refault rate stays under twice tier
+//! 0's), and the hand's second chance reaches only the resident it passes on each miss.
 //!
 //! On a loop the residents are all used once per pass, so every refault is turned away and the
 //! resident share stays (after the first pass a loop has no first reads: the hand takes one step
@@ -457,7 +460,7 @@ impl Vmscan {
         let resident = self.type_frames(type_) as u64;
         if self.loop_protection {
             // Beyond reach with no reuse on record, the shadow tells nothing a first read
-            // would not: the folio is added as one (to probation).
+            // would not: the folio is added as one (to probation once the cache is full).
             if distance <= resident || n > 0 {
                 folio.set_refaulted();
             }
@@ -468,7 +471,8 @@ impl Vmscan {
             return r;
         }
         self.lru_gen.refaulted[type_][tier].fetch_add(nr, Ordering::Relaxed);
-        folio.set_refs(n.min(MAX_REFS));
+        // `n` counts `WORKINGSET` as one use: the refs bits get the rest.
+        folio.set_refs((n - u64::from(workingset)).min(MAX_REFS));
         if workingset || n > MAX_REFS {
             folio.set_workingset();
         }
@@ -645,18 +649,25 @@ impl Vmscan {
             } else {
                 let uses = uses_of(flags);
                 let tier = tier_of_uses(uses);
-                // With the loop protection, a folio with a reuse on record that was used
-                // since the hand or reclaim last looked is kept as the hand keeps it — except
-                // in a round that takes from the generations only because probation holds
-                // readahead waiting for its reader: there the oldest goes, in use or not, as
-                // looking for one idle would sweep every resident's mark away in one round (a
-                // loop's residents are all in use, and its share would be lost).
+                // The claim (loop protection): a folio with a reuse on record that was used
+                // since the hand or reclaim last looked is kept — except when the generations
+                // are taken from only because probation holds readahead waiting for its
+                // reader: there the oldest goes, in use or not, as looking for one idle would
+                // sweep every resident's mark away in one round (a loop's residents are all in
+                // use, and its share would be lost).
+                let behind_read_ahead = sc.probation_rotated[type_] > 0
+                    && g.frames_of(probation) <= sc.probation_rotated[type_];
                 let claim = self.loop_protection
-                    && sc.probation_rotated[type_] == 0
+                    && !behind_read_ahead
                     && uses > 0
                     && flags & REFERENCED != 0;
-                if tier > tier_idx || uses == MAX_REFS + 1 || claim {
-                    self.lru_gen.protected[type_][tier].fetch_add(n as u64, Ordering::Relaxed);
+                let by_tier = tier > tier_idx || uses == MAX_REFS + 1;
+                if by_tier || claim {
+                    if by_tier {
+                        // (The feedback measures the tiers' own protection: claims are not
+                        // counted, or they would lower tiers 1-3's refault rates.)
+                        self.lru_gen.protected[type_][tier].fetch_add(n as u64, Ordering::Relaxed);
+                    }
                     // Protected: a generation younger, its count started over but marked as
                     // having been in the working set (its one use beyond the first, should it be
                     // evicted before it is used again: a refault then has a reuse on record).
@@ -901,10 +912,14 @@ mod tests {
                 vm.lru_gen_refault(&f, shadow);
                 let got = (f.is_refaulted(), f.is_probation());
                 let want = if lp { want } else { (false, false) };
-                assert_eq!(
-                    got, want,
+                let case = format!(
                     "loop protection {lp}: distance {distance}, uses {uses}, workingset {workingset}"
                 );
+                assert_eq!(got, want, "{case}");
+                // Within reach its uses come back as they were, `WORKINGSET` counted once.
+                let restored = if distance <= 4 { uses } else { 0 };
+                assert_eq!(uses_of(f.flags()), restored, "{case}");
+                assert_eq!(f.is_workingset(), workingset && distance <= 4, "{case}");
             }
             for f in &residents {
                 f.set_mapping(0);
