@@ -14,13 +14,13 @@ def medians(f):
 
 
 rows = [("zipf", "hit_ratio"), ("scan", "hot_hit_ratio"), ("loop", "hit_ratio"), ("switch", "hit_ratio")]
-out = ["| case | variant | 5ce5429, pair 1 / 2 / 3 | 1886de3, pair 1 / 2 / 3 |", "|---|---|---|---|"]
+out = ["| case | variant | 5ce5429, pair 1 / 2 / 3 | 5073614, pair 1 / 2 / 3 |", "|---|---|---|---|"]
 for v in ["multigen-loop", "multigen-loop-4k"]:
     for c, m in rows:
         b = [medians(f"{D}/before-{i}.json")[(c, v, m)] for i in (1, 2, 3)]
         a = [medians(f"{D}/after-{i}.json")[(c, v, m)] for i in (1, 2, 3)]
         out.append(f"| {c} {m} | {v} | {' / '.join(f'{x:.4f}' for x in b)} | {' / '.join(f'{x:.4f}' for x in a)} |")
-out += ["", "| budget | variant | 5ce5429 | 1886de3 |", "|---|---|---|---|"]
+out += ["", "| budget | variant | 5ce5429 | 5073614 |", "|---|---|---|---|"]
 for budget in ["16M", "48M"]:
     runs = [json.load(open(f"{D}/trace-{budget}-{w}.json")) for w in ("before", "after")]
     for v in ["default", "lru-workingset", "lru", "multigen", "clock", "opt"]:
