@@ -472,6 +472,28 @@ fn the_admission_test_turns_away_refaults_while_the_residents_are_in_use() {
     check_gens(&cache, &cache.stats());
 }
 
+/// The start of the readahead scenarios: a cache of 256 frames with readahead of 8 pages and
+/// a file of 96 pages; pages 0..64 read once into the generations (the cache is filling), the
+/// oldest 32 evicted; then one handle — returned — reads 0..20 in order: refaults without a
+/// reuse, turned away to probation while the residents are in use (each moving the hand over
+/// one), and read ahead to page 29.
+fn read_ahead_behind_residents(seed: u8) -> (PageCache, File, CachedFile) {
+    let mut cfg = config(256, ReclaimPolicy::MultiGen, true);
+    cfg.readahead_max = 8 * PAGE;
+    let cache = PageCache::new(cfg).unwrap();
+    let f = File::open(&cache, 96, seed);
+    for p in 0..64 {
+        f.read(p);
+    }
+    assert_eq!(cache.shrink(32), 32);
+    let h = f.f.reopen();
+    let mut b = vec![0u8; PAGE];
+    for p in 0..20 {
+        h.read_exact_at((p * PAGE) as u64, &mut b).unwrap();
+    }
+    (cache, f, h)
+}
+
 /// Readahead its reader has not reached waits on probation for one more turn instead of moving
 /// into the generations unused (where, read once, it would take a resident's place): reclaim
 /// goes round probation once past it and takes from the generations; still unread on its next
@@ -479,27 +501,13 @@ fn the_admission_test_turns_away_refaults_while_the_residents_are_in_use() {
 /// once.
 #[test]
 fn read_ahead_waits_on_probation_for_its_reader() {
-    let mut cfg = config(256, ReclaimPolicy::MultiGen, true);
-    cfg.readahead_max = 8 * PAGE;
-    let cache = PageCache::new(cfg).unwrap();
-    let f = File::open(&cache, 96, 9);
+    let (cache, f, h) = read_ahead_behind_residents(9);
     let cached = |p: usize| f.f.is_cached((p * PAGE) as u64, PAGE);
     let gens = |s: &CacheStats| -> usize {
         let g = s.lru_gen.as_ref().unwrap();
         g.gens.iter().map(|&(_, _, file)| file).sum()
     };
-    // Pages 0..64 in the generations (the cache is filling); 0..32, the oldest, evicted.
-    for p in 0..64 {
-        f.read(p);
-    }
-    assert_eq!(cache.shrink(32), 32);
-    // One handle reads 0..20 in order: refaults without a reuse, turned away to probation
-    // while the residents are in use, and read ahead to page 29.
-    let h = f.f.reopen();
     let mut b = vec![0u8; PAGE];
-    for p in 0..20 {
-        h.read_exact_at((p * PAGE) as u64, &mut b).unwrap();
-    }
     let s = cache.stats();
     let g = s.lru_gen.as_ref().unwrap();
     assert_eq!(g.probation[FILE_TYPE], 30, "{g:?}");
@@ -544,28 +552,14 @@ fn read_ahead_waits_on_probation_for_its_reader() {
 /// cleared — a loop's residents are all in use, and its share would go.
 #[test]
 fn a_round_behind_waiting_read_ahead_takes_the_oldest_resident() {
-    let mut cfg = config(256, ReclaimPolicy::MultiGen, true);
-    cfg.readahead_max = 8 * PAGE;
-    let cache = PageCache::new(cfg).unwrap();
-    let f = File::open(&cache, 96, 10);
+    // The 20 refaults and the 10 folios read ahead move the hand over 32..62: they move up a
+    // generation, their marks cleared; 62 and 63 stay in the oldest.
+    let (cache, f, _h) = read_ahead_behind_residents(10);
     let cached = |p: usize| f.f.is_cached((p * PAGE) as u64, PAGE);
     let test_counts = |s: &CacheStats| {
         let g = s.lru_gen.as_ref().unwrap();
         (g.rejected, g.admitted)
     };
-    // Pages 0..64 in the generations (the cache is filling); 0..32, the oldest, evicted.
-    for p in 0..64 {
-        f.read(p);
-    }
-    assert_eq!(cache.shrink(32), 32);
-    // One handle reads 0..20 in order: refaults turned away to probation (read ahead to page
-    // 29), each of the 30 moving the hand over a resident in use — 32..62 move up a
-    // generation, their marks cleared; 62 and 63 stay in the oldest.
-    let h = f.f.reopen();
-    let mut b = vec![0u8; PAGE];
-    for p in 0..20 {
-        h.read_exact_at((p * PAGE) as u64, &mut b).unwrap();
-    }
     // 32..64 are read twice more: every resident in use, with a reuse on record.
     for _ in 0..2 {
         for p in 32..64 {

@@ -602,7 +602,9 @@ impl Vmscan {
             // folios in a row were protected: then what probation holds is what is cold.
             let on_probation = g.frames_of(probation);
             // A whole round of probation was readahead not yet used: the generations go
-            // first for the rest of this round of reclaim.
+            // first for the rest of this round of reclaim (and make no claims, below).
+            let behind_read_ahead =
+                sc.probation_rotated[type_] > 0 && on_probation <= sc.probation_rotated[type_];
             let mut from_probation = on_probation > sc.probation_rotated[type_]
                 && (protected_run >= SWAP_CLUSTER_MAX
                     || on_probation > self.lru_gen.probation_target());
@@ -658,8 +660,6 @@ impl Vmscan {
                 // reader: there the oldest goes, in use or not, as looking for one idle would
                 // sweep every resident's mark away in one round (a loop's residents are all in
                 // use, and its share would be lost).
-                let behind_read_ahead = sc.probation_rotated[type_] > 0
-                    && g.frames_of(probation) <= sc.probation_rotated[type_];
                 let claim = self.loop_protection
                     && !behind_read_ahead
                     && uses > 0
