@@ -47,6 +47,12 @@ enum Command {
         /// before/after change is shown only where both of its variants ran.
         #[arg(long, value_name = "NAME,...", value_delimiter = ',')]
         variants: Option<Vec<String>>,
+        /// The thread counts of the scaling cases (lockref, xarray's loads, read's hot reads,
+        /// dcache), in place of each suite's own, e.g. `--threads 1,2,4,8,16` on a machine with
+        /// 16 cores (each suite's own counts suit 2 cores).
+        #[arg(long, value_name = "N,...", value_delimiter = ',',
+              value_parser = clap::value_parser!(u16).range(1..=1024))]
+        threads: Option<Vec<u16>>,
         /// List the suites and their variants, and exit.
         #[arg(long)]
         list: bool,
@@ -160,6 +166,7 @@ fn main() -> anyhow::Result<()> {
             runs,
             plot,
             variants,
+            threads,
             list,
             trace,
             trace_format,
@@ -180,6 +187,13 @@ fn main() -> anyhow::Result<()> {
                 budget: budget.map(|b| b as u64),
                 readahead: !no_readahead,
             });
+            // Each count once, smallest first (the tables and charts read them in order).
+            let threads: Option<Vec<usize>> = threads.map(|t| {
+                let mut t: Vec<usize> = t.into_iter().map(usize::from).collect();
+                t.sort_unstable();
+                t.dedup();
+                t
+            });
             bench::run(&bench::Options {
                 suites: &suites,
                 quick,
@@ -188,6 +202,7 @@ fn main() -> anyhow::Result<()> {
                 plot: plot.as_deref(),
                 trace: trace.as_ref(),
                 variants: variants.as_deref(),
+                threads: threads.as_deref(),
             })
         }
         Command::Plot {

@@ -1,7 +1,8 @@
 //! `quire bench --variants NAME,...`: the built binary runs exactly the variants asked for (read
 //! back from its JSON report), leaves out the before/after pairs that would need a variant it
 //! did not run, leaves out suites with none of them, and refuses an unknown name before
-//! anything runs, listing the suite's variants.
+//! anything runs, listing the suite's variants. And `--threads N,...`: the scaling cases run at
+//! exactly those thread counts.
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -243,4 +244,41 @@ fn list_names_each_suites_variants() {
         text.contains("variants: clock, lru, lru-workingset"),
         "{text}"
     );
+}
+
+/// The thread counts of a report's figures for one suite.
+fn thread_counts(r: &serde_json::Value, suite: &str) -> BTreeSet<u64> {
+    r["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .filter(|x| x["suite"] == suite)
+        .map(|x| x["threads"].as_u64().expect("threads"))
+        .collect()
+}
+
+#[test]
+fn threads_replace_a_scaling_suites_own_counts() {
+    let dir = Dir::new("threads");
+    // lockref's own counts are 1, 2 and 16.
+    let (r, _, _) = bench(
+        &dir,
+        &[
+            "lockref",
+            "--quick",
+            "--variants",
+            "lockref",
+            "--threads",
+            "3,1",
+        ],
+    );
+    assert_eq!(thread_counts(&r, "lockref"), BTreeSet::from([1, 3]));
+    let (r, _, _) = bench(&dir, &["lockref", "--quick", "--variants", "lockref"]);
+    assert_eq!(thread_counts(&r, "lockref"), BTreeSet::from([1, 2, 16]));
+
+    // A count of 0 is refused before anything runs.
+    let out = quire(&["bench", "lockref", "--quick", "--threads", "1,0"]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--threads"), "{stderr}");
 }

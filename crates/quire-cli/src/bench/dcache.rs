@@ -30,7 +30,7 @@ pub const SUITE: Suite = Suite {
     name: "dcache",
     about: "dentry cache: path walk + dget_parent + path_of + dput, lockref vs spinlock counts",
     variants: &["spinlock", "lockref"],
-    steps: |_| 5,
+    steps: |p| 3 + p.threads(&THREADS).len() as u64,
     run,
 };
 
@@ -157,7 +157,7 @@ fn run(b: &mut Bench) -> anyhow::Result<()> {
 
     // Rounds alternate the variants, so that load from elsewhere on the machine (and frequency
     // changes) fall on both alike; each figure sums its variant's rounds.
-    for threads in THREADS {
+    for threads in b.threads(&THREADS).to_vec() {
         b.step(&format!("short {threads} threads"));
         let mut totals: Vec<Totals> = caches.iter().map(|_| Totals::default()).collect();
         for _ in 0..rounds {

@@ -30,7 +30,7 @@ pub const SUITE: Suite = Suite {
     name: "dirtybit",
     about: "the frame pool's dirty bit: test-and-clear cost, hardware (userfaultfd + PAGEMAP_SCAN) vs software",
     variants: &["software", "hardware"],
-    steps: |quick| 3 * runs(quick) as u64,
+    steps: |p| 3 * runs(p.quick) as u64,
     run,
 };
 

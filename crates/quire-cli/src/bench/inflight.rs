@@ -318,7 +318,7 @@ impl Sizes {
     }
 }
 
-fn steps(_quick: bool) -> u64 {
+fn steps(_: &super::Plan<'_>) -> u64 {
     // The file, the probes, each Zipf case's variants, cold-seq's three, fsync's two.
     (2 + DEPTHS.len() * (QUIRE.len() + 2) + 3 + 2) as u64
 }

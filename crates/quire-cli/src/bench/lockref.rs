@@ -40,7 +40,7 @@ pub const SUITE: Suite = Suite {
     name: "lockref",
     about: "get+put on one shared count: lockref vs spinlock vs mutex (threads 1, 2, 16)",
     variants: &VARIANTS,
-    steps: |quick| (THREADS.len() * VARIANTS.len() * repeats(quick)) as u64,
+    steps: |p| (p.threads(&THREADS).len() * VARIANTS.len() * repeats(p.quick)) as u64,
     run,
 };
 
@@ -126,9 +126,10 @@ fn run(b: &mut Bench) -> anyhow::Result<()> {
     let d = duration(quick);
     b.compare(CASE, "spinlock", "lockref");
     // results[threads][variant] = one (ops_per_s, ops_per_cpu_s, slow_paths_per_op) per repeat.
-    let mut results = vec![vec![Vec::new(); VARIANTS.len()]; THREADS.len()];
+    let thread_counts = b.threads(&THREADS).to_vec();
+    let mut results = vec![vec![Vec::new(); VARIANTS.len()]; thread_counts.len()];
     for _ in 0..repeats(quick) {
-        for (ti, &threads) in THREADS.iter().enumerate() {
+        for (ti, &threads) in thread_counts.iter().enumerate() {
             for (vi, &variant) in VARIANTS.iter().enumerate() {
                 if !b.wants(variant) {
                     continue;
@@ -147,7 +148,7 @@ fn run(b: &mut Bench) -> anyhow::Result<()> {
             }
         }
     }
-    for (ti, &threads) in THREADS.iter().enumerate() {
+    for (ti, &threads) in thread_counts.iter().enumerate() {
         for (vi, &variant) in VARIANTS.iter().enumerate() {
             let runs = &results[ti][vi];
             if runs.is_empty() {

@@ -52,7 +52,7 @@ pub struct Suite {
     /// runs a variant only if [`Bench::wants`] it.
     pub variants: &'static [&'static str],
     /// How many times the suite will call [`Bench::step`], for the progress bar.
-    pub steps: fn(quick: bool) -> u64,
+    pub steps: fn(&Plan<'_>) -> u64,
     pub run: fn(&mut Bench) -> anyhow::Result<()>,
 }
 
@@ -72,6 +72,23 @@ pub const SUITES: &[Suite] = &[
     object::SUITE,
 ];
 
+/// What a run asks of every suite, as the suites' step counts need it.
+#[derive(Clone, Copy)]
+pub struct Plan<'a> {
+    /// `--quick`.
+    pub quick: bool,
+    /// `--threads`: the thread counts of the scaling cases, in place of each suite's own.
+    pub threads: Option<&'a [usize]>,
+}
+
+impl Plan<'_> {
+    /// The thread counts a scaling case runs at: `--threads` where given, else the suite's
+    /// own `default`.
+    pub fn threads<'b>(&'b self, default: &'b [usize]) -> &'b [usize] {
+        self.threads.unwrap_or(default)
+    }
+}
+
 /// What a suite records into.
 pub struct Bench {
     quick: bool,
@@ -86,12 +103,20 @@ pub struct Bench {
     trace: Option<evict::TraceArgs>,
     /// `--variants`: the variants to run.
     selection: Selection,
+    /// `--threads`: the thread counts of the scaling cases.
+    threads: Option<Vec<usize>>,
 }
 
 impl Bench {
     /// Whether this is a `--quick` run.
     pub fn quick(&self) -> bool {
         self.quick
+    }
+
+    /// The thread counts a scaling case runs at: `--threads` where given, else the suite's
+    /// own `default`.
+    pub fn threads<'b>(&'b self, default: &'b [usize]) -> &'b [usize] {
+        self.threads.as_deref().unwrap_or(default)
     }
 
     /// The trace to replay (`--trace`, `evict` only).
@@ -176,6 +201,9 @@ pub struct Options<'a> {
     pub trace: Option<&'a evict::TraceArgs>,
     /// `--variants`: run only these variants (each must be a variant of a suite that runs).
     pub variants: Option<&'a [String]>,
+    /// `--threads`: the thread counts of the scaling cases (lockref, xarray's loads, read's hot
+    /// reads, dcache), in place of each suite's own; each at least 1.
+    pub threads: Option<&'a [usize]>,
 }
 
 /// The variants a suite can record in this run (a trace replay has its own).
@@ -260,9 +288,18 @@ pub fn run(opts: &Options<'_>) -> anyhow::Result<()> {
     }
     println!("{}\n", table::legend(runs));
 
+    if let Some(t) = opts.threads {
+        if t.is_empty() || t.contains(&0) {
+            bail!("--threads takes thread counts of at least 1, e.g. --threads 1,2,4,8,16");
+        }
+    }
+    let plan = Plan {
+        quick,
+        threads: opts.threads,
+    };
     let steps = |s: &Suite| match opts.trace {
         Some(_) => evict::trace_steps(),
-        None => (s.steps)(quick),
+        None => (s.steps)(&plan),
     };
     let total: u64 = chosen.iter().map(|s| steps(s)).sum::<u64>() * runs as u64;
     let progress = ProgressBar::new(total);
@@ -280,6 +317,7 @@ pub fn run(opts: &Options<'_>) -> anyhow::Result<()> {
         noted: RefCell::new(HashSet::new()),
         trace: opts.trace.cloned(),
         selection,
+        threads: opts.threads.map(<[usize]>::to_vec),
     };
     let started = Instant::now();
     for s in &chosen {
@@ -354,6 +392,7 @@ mod tests {
             noted: RefCell::new(HashSet::new()),
             trace: None,
             selection,
+            threads: None,
         }
     }
 

@@ -129,10 +129,10 @@ fn hot_duration(quick: bool) -> Duration {
     Duration::from_secs_f64(if quick { 0.5 } else { 2.0 })
 }
 
-fn steps(quick: bool) -> u64 {
+fn steps(p: &super::Plan<'_>) -> u64 {
     // Writing the file, warming the hot case, its measurements, the untimed cold run, the cold
     // runs.
-    (2 + HOT_THREADS.len() * HOT_VARIANTS.len() + 1 + 2 * seq_runs(quick)) as u64
+    (2 + p.threads(&HOT_THREADS).len() * HOT_VARIANTS.len() + 1 + 2 * seq_runs(p.quick)) as u64
 }
 
 // ---- the scratch directory and the file's contents ------------------------------------------
@@ -598,7 +598,7 @@ fn hot_random(b: &mut Bench, path: &Path, size: u64, content: &Content) -> anyho
     drop(reader);
     let dur = hot_duration(b.quick());
     let errors = FirstError::default();
-    for threads in HOT_THREADS {
+    for threads in b.threads(&HOT_THREADS).to_vec() {
         for &variant in HOT_VARIANTS {
             if !b.wants(variant) {
                 continue;

@@ -35,7 +35,7 @@ pub const SUITE: Suite = Suite {
     name: "unmap",
     about: "exit and fork-exit of anonymous memory: the dirty-bit test skipped for dead anonymous pages vs always",
     variants: &["always-test-dirty", "skip-dead-anon"],
-    steps: |quick| 3 * runs(quick) as u64,
+    steps: |p| 3 * runs(p.quick) as u64,
     run,
 };
 

@@ -36,7 +36,7 @@ pub const SUITE: Suite = Suite {
     name: "write",
     about: "page cache writes: sequential 1 MiB writes + fsync of a new file, vs the kernel",
     variants: &["kernel", "quire"],
-    steps: |quick| (1 + 2 * seq_runs(quick)) as u64,
+    steps: |p| (1 + 2 * seq_runs(p.quick)) as u64,
     run,
 };
 

@@ -46,7 +46,7 @@ pub const SUITE: Suite = Suite {
     about:
         "random loads (xarray vs RwLock<BTreeMap>) and inserts over shadows (single vs multi walk)",
     variants: &["rwlock-btreemap", "xarray", "multi-walk", "single-walk"],
-    steps: |quick| (1 + THREADS.len() * 2 * load_repeats(quick) + 2) as u64,
+    steps: |p| (1 + p.threads(&THREADS).len() * 2 * load_repeats(p.quick) + 2) as u64,
     run,
 };
 
@@ -110,9 +110,10 @@ fn run_load(b: &mut Bench, quick: bool) -> anyhow::Result<()> {
     let map = RwLock::new(map);
     let d = load_duration(quick);
     // results[threads][variant] = (ops_per_s, walks_per_op) per repeat.
-    let mut results = vec![[Vec::new(), Vec::new()]; THREADS.len()];
+    let thread_counts = b.threads(&THREADS).to_vec();
+    let mut results = vec![[Vec::new(), Vec::new()]; thread_counts.len()];
     for _ in 0..load_repeats(quick) {
-        for (ti, &threads) in THREADS.iter().enumerate() {
+        for (ti, &threads) in thread_counts.iter().enumerate() {
             if want[0] {
                 b.step(&format!("load rwlock-btreemap x{threads}"));
                 let m = measure(threads, d, |t, stop: &AtomicBool| {
@@ -155,7 +156,7 @@ fn run_load(b: &mut Bench, quick: bool) -> anyhow::Result<()> {
             results[ti][1].push((m.ops_per_s(), m.per_op(Event::XaWalks)));
         }
     }
-    for (ti, &threads) in THREADS.iter().enumerate() {
+    for (ti, &threads) in thread_counts.iter().enumerate() {
         for (vi, variant) in ["rwlock-btreemap", "xarray"].into_iter().enumerate() {
             let runs = &results[ti][vi];
             if runs.is_empty() {

@@ -283,7 +283,7 @@ impl Sizes {
     }
 }
 
-fn steps(_quick: bool) -> u64 {
+fn steps(_: &super::Plan<'_>) -> u64 {
     // Files, then zipf/scan/loop/switch (quire variants + kernel + opt each), readonce (quire
     // variants + kernel), shadow-memory (2).
     let q = QUIRE.len() as u64;
