@@ -58,9 +58,25 @@ pub(crate) struct Mapping {
     invalidate_lock: RwLock<()>,
     /// Orders the store's length changes against write-back: held shared while folios are
     /// written to the store, exclusively while the store's length is set from the file's (a
-    /// write-back cutting the store back after writing a whole last page, `set_len`). So a cut
-    /// never uses a length read before another write-back extended the store past it.
+    /// write-back cutting the store back after writing a whole last page, a write-back
+    /// extending the store before its batch, `set_len`). So a cut never uses a length read
+    /// before another write-back extended the store past it, and an extension never uses a
+    /// length read before a cut: whoever sets the store's length from `size` reads `size`
+    /// while holding this exclusively (`set_len` publishes a new `size` before it takes it).
+    ///
+    /// Ordering: the invalidate lock (held by `set_len`, and by writers whose write may write
+    /// a folio back) comes before this. It is held exclusively only around store calls, never
+    /// while waiting for a folio's lock or write-back. A share belongs to a write request from
+    /// before its submission to its completion, so a write-back call that has requests
+    /// batched and not submitted submits them before it waits for a folio's lock or
+    /// write-back (`write_back_range`): that folio's holder (a writer waiting for stable
+    /// pages) may be waiting for a write-back that waits for this, exclusively, and so for
+    /// those shares.
     pub(crate) store_len: super::writeback::StoreLenLock,
+    /// Set by [`Mapping::close`] under `store_len` held exclusively: the store's length is
+    /// not changed after (a background write-back that found the file before it was closed
+    /// leaves it alone; another cache may have opened the store since).
+    pub(crate) closed: AtomicBool,
     /// Frames of this file in the index.
     pub(crate) nr_frames: AtomicUsize,
     /// When the oldest data now dirty was dirtied (None when the file is clean).
@@ -191,6 +207,7 @@ impl Mapping {
             errseq: ErrSeq::new(),
             invalidate_lock: RwLock::new(()),
             store_len: Default::default(),
+            closed: AtomicBool::new(false),
             nr_frames: AtomicUsize::new(0),
             dirtied_at: Mutex::new(None),
             handles: AtomicUsize::new(0),
@@ -992,6 +1009,13 @@ impl Mapping {
                 g.wait_writeback_with(self.policy());
                 self.delete_from_index(&g);
             }
+        }
+        // Every write-back of the file's folios has ended (each was waited for above); one
+        // still walking the file (the flusher's) finds no folio, and must not set the store's
+        // length either.
+        {
+            let _len = self.store_len.exclusive();
+            self.closed.store(true, Ordering::Relaxed);
         }
         self.cache.files.lock().unwrap().remove(&self.id);
     }

@@ -50,16 +50,28 @@ impl Mapping {
         let mut batch = Vec::new();
         let mut merging: Option<WbMerge> = None;
         let mut first_err = None;
+        // Before this call sleeps (for a folio's lock or write-back), what it has batched goes
+        // to the engine, as the kernel flushes a task's plug when it schedules: each request
+        // holds a share of `store_len`, and the folio it waits for may be held by a writer
+        // waiting for a write-back that waits for `store_len` (`write_out` cutting the store).
+        let unplug = |merging: &mut Option<WbMerge>, batch: &mut Vec<Bio>| {
+            if let Some(m) = merging.take() {
+                batch.push(self.merged_bio(m, &me, &inflight));
+            }
+            if !batch.is_empty() {
+                self.cache.bio.submit(std::mem::take(batch));
+            }
+        };
         for index in targets {
             let Some(f) = self.find_get(index) else {
                 continue;
             };
-            let g = if wait {
-                f.lock_with(policy)
-            } else {
-                match f.try_lock_with(policy) {
-                    Ok(g) => g,
-                    Err(_) => continue,
+            let g = match f.try_lock_with(policy) {
+                Ok(g) => g,
+                Err(_) if !wait => continue,
+                Err(f) => {
+                    unplug(&mut merging, &mut batch);
+                    f.lock_with(policy)
                 }
             };
             if !self.still_mapped(&g, index) || !g.is_dirty() {
@@ -69,6 +81,7 @@ impl Mapping {
                 if !wait {
                     continue;
                 }
+                unplug(&mut merging, &mut batch);
                 g.wait_writeback_with(policy);
             }
             match self.write_folio_piece(g, me.as_ref()) {
@@ -92,10 +105,7 @@ impl Mapping {
                 Err(g) => {
                     // Written here (the page holding the end of the file): what was batched
                     // goes first, as this write may wait for every write-back of the file.
-                    if let Some(m) = merging.take() {
-                        batch.push(self.merged_bio(m, &me, &inflight));
-                    }
-                    self.cache.bio.submit(std::mem::take(&mut batch));
+                    unplug(&mut merging, &mut batch);
                     if let Err(e) = self.write_folio(g) {
                         first_err.get_or_insert(e);
                     }
@@ -156,12 +166,25 @@ impl Mapping {
     /// writes are in flight together. The pages in between read as zeros from the store as
     /// they do from the cache (they lie past `store_size`). Best effort: on an error the
     /// writes extend the store themselves.
+    ///
+    /// The file's length is read under `store_len`, held exclusively: `set_len` publishes a
+    /// new length before it takes `store_len` to cut the store, so a length read here is
+    /// either the new one or one a cut that follows will undo. Read before taking it (as this
+    /// once did), a cut made meanwhile — length, folios and store, while this thread waited
+    /// for `store_len` or was preempted — was undone here: the store grew back to the old
+    /// length, and a new cache read the file at that length. A closed file's store is left
+    /// alone (a flusher pass that found the file before its last handle went may get here
+    /// after `close`, when another cache may own the store).
     fn grow_store_for(&self, last: u64) {
-        let end = ((last + 1) << FRAME_SHIFT).min(self.size());
-        if end <= self.store_size.load(Ordering::Acquire) {
+        let wanted = (last + 1) << FRAME_SHIFT;
+        if wanted.min(self.size()) <= self.store_size.load(Ordering::Acquire) {
             return;
         }
         let _excl = self.store_len.exclusive();
+        if self.closed.load(Ordering::Relaxed) {
+            return;
+        }
+        let end = wanted.min(self.size());
         if self.store.len().is_ok_and(|now| now < end) {
             let _ = self.store.set_len(end);
         }

@@ -55,6 +55,15 @@ impl Mapping {
             }
         }
         self.size.store(len, Ordering::Release);
+        // A write-back reads the length under the folio's lock (`write_folio_piece`, then
+        // `write_out`). One that locked the folio holding the new end after the zeroing above
+        // and before the new length was published took the old one, and may be writing the
+        // folio whole, past the new end: wait for it, before the store is cut below (the
+        // kernel's `truncate_inode_partial_folio` waits for write-back too). One that locks it
+        // after this reads the new length. Folios wholly past the end are waited for below.
+        if let Some(g) = self.lock_folio(len >> FRAME_SHIFT) {
+            g.wait_writeback_with(self.policy());
+        }
         let first_dead = len.div_ceil(PAGE_SIZE);
         let mut found = Vec::new();
         self.pages.for_each(first_dead, u64::MAX, None, |e| {
