@@ -471,11 +471,12 @@ impl Vmscan {
             return r;
         }
         self.lru_gen.refaulted[type_][tier].fetch_add(nr, Ordering::Relaxed);
-        // (`n` already counts `WORKINGSET` as one use, so a folio whose shadow recorded it
-        // comes back one use up. Counting it once instead made the filemap model test fail
-        // about one run in ten — a file cut by `set_len` that later showed its old length —
-        // so it stays as it was until that race is found: see ARCHITECTURE, known gaps.)
-        folio.set_refs(n.min(MAX_REFS));
+        // `n` counts `WORKINGSET` as one use (`uses_of`), and the bit is set again below: the
+        // refs bits get the rest, so the folio comes back with the uses it had. (It used to
+        // come back one use up, `WORKINGSET` counted twice; counting it once changed reclaim's
+        // timing enough to expose a truncation race in write-back, since fixed: a write-back
+        // extended the store to a file length read before a cut.)
+        folio.set_refs(n.saturating_sub(u64::from(workingset)).min(MAX_REFS));
         if workingset || n > MAX_REFS {
             folio.set_workingset();
         }
@@ -919,13 +920,9 @@ mod tests {
                     "loop protection {lp}: distance {distance}, uses {uses}, workingset {workingset}"
                 );
                 assert_eq!(got, want, "{case}");
-                // Within reach its uses come back (`WORKINGSET` counted again: see
-                // `lru_gen_refault`).
-                let restored = if distance <= 4 {
-                    uses + u64::from(workingset)
-                } else {
-                    0
-                };
+                // Within reach its uses come back, as many as it had (`WORKINGSET` counted
+                // once: in the shadow's uses, and set again).
+                let restored = if distance <= 4 { uses } else { 0 };
                 assert_eq!(uses_of(f.flags()), restored, "{case}");
                 assert_eq!(f.is_workingset(), workingset && distance <= 4, "{case}");
             }
