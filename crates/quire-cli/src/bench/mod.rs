@@ -81,10 +81,10 @@ pub struct Plan<'a> {
     pub threads: Option<&'a [usize]>,
 }
 
-impl Plan<'_> {
+impl<'a> Plan<'a> {
     /// The thread counts a scaling case runs at: `--threads` where given, else the suite's
     /// own `default`.
-    pub fn threads<'b>(&'b self, default: &'b [usize]) -> &'b [usize] {
+    pub fn threads(&self, default: &'a [usize]) -> &'a [usize] {
         self.threads.unwrap_or(default)
     }
 }
@@ -116,7 +116,11 @@ impl Bench {
     /// The thread counts a scaling case runs at: `--threads` where given, else the suite's
     /// own `default`.
     pub fn threads<'b>(&'b self, default: &'b [usize]) -> &'b [usize] {
-        self.threads.as_deref().unwrap_or(default)
+        let plan = Plan {
+            quick: self.quick,
+            threads: self.threads.as_deref(),
+        };
+        plan.threads(default)
     }
 
     /// The trace to replay (`--trace`, `evict` only).
@@ -218,6 +222,11 @@ pub fn variants_of(s: &Suite, trace: bool) -> &'static [&'static str] {
 /// Runs the chosen suites; prints the host, then each suite's tables as soon as it is done;
 /// keeps the JSON report up to date after each suite and draws the charts at the end.
 pub fn run(opts: &Options<'_>) -> anyhow::Result<()> {
+    if let Some(t) = opts.threads {
+        if t.is_empty() || t.contains(&0) {
+            bail!("--threads takes thread counts of at least 1, e.g. --threads 1,2,4,8,16");
+        }
+    }
     let mut chosen = Vec::new();
     if let Some(t) = opts.trace {
         if let Some(other) = opts.suites.iter().find(|s| *s != evict::SUITE.name) {
@@ -288,11 +297,6 @@ pub fn run(opts: &Options<'_>) -> anyhow::Result<()> {
     }
     println!("{}\n", table::legend(runs));
 
-    if let Some(t) = opts.threads {
-        if t.is_empty() || t.contains(&0) {
-            bail!("--threads takes thread counts of at least 1, e.g. --threads 1,2,4,8,16");
-        }
-    }
     let plan = Plan {
         quick,
         threads: opts.threads,
