@@ -510,6 +510,7 @@ impl PageCache {
             loop_protection: config.loop_protection,
             shadow_shrinker: config.shadow_shrinker,
             frames: pool.nr_frames(),
+            largest_folio: 1 << config.max_folio_order,
             wait_policy: config.wait_policy,
             alloc_timeout: config.alloc_timeout,
         });

@@ -70,8 +70,11 @@
 //! folio was evicted from probation): a folio evicted from probation that comes back within the
 //! target's own length would have been kept by a probation twice as long, so the target grows by
 //! its size; one evicted from the generations that comes back within reach would have been kept
-//! had the generations had more room, so it shrinks by as much (from 1/16 of the budget, between
-//! 1/64 and 1/2). On a probation folio's turn: one used again since it was added joins the
+//! had the generations had more room, so it shrinks by as much (between its floor and 1/2 of the
+//! budget). The target starts at its floor, room for two of the cache's largest folios (a
+//! stream's folio being read and the one read ahead) and at least 1/256 of the budget: whatever
+//! probation holds beyond it, the generations cannot hold, and a loop's generations keep the
+//! size they had when the cache first filled. On a probation folio's turn: one used again since it was added joins the
 //! generations (`min_seq + 1`); one not used at all yet (readahead its reader has not reached)
 //! gets one more turn, back at probation's head (`PROBATION` marks it as having had it) — in
 //! the generations, used once, it would take a resident's place — and once a round of
@@ -239,7 +242,7 @@ pub(crate) struct Feedback {
     /// How many frames the file probation list keeps before reclaim takes from it first
     /// (adapted by refaults: see [`Feedback::adapt_probation`]).
     probation_target: AtomicU64,
-    /// The target's bounds: 1/64 and 1/2 of the budget's frames.
+    /// The target's bounds: its floor (see [`Feedback::new`]) and 1/2 of the budget's frames.
     probation_bounds: (u64, u64),
     /// `max_seq` and `min_seq` as last set (for lock-free readers).
     max_seq: AtomicU64,
@@ -288,12 +291,22 @@ pub struct LruGenStats {
 }
 
 impl Feedback {
-    /// The feedback of a cache of `frames` frames: the probation target starts at 1/16 of them.
-    pub(crate) fn new(frames: usize) -> Feedback {
-        let frames = frames as u64;
+    /// The feedback of a cache of `frames` frames whose largest folio has `largest_folio`
+    /// frames. The probation target starts at its floor: room for two of the largest folios
+    /// (a stream's folio being read and the one read ahead of it), and at least 1/256 of the
+    /// budget; it grows from there only on evidence, a folio evicted from probation coming
+    /// back within its length ([`Feedback::adapt_probation`]). What probation holds beyond
+    /// the floor is taken from the generations: with a start of 1/16, a loop's generations
+    /// kept the size they had when the cache first filled and its share stopped at 0.744 with
+    /// order-0 folios (0.791 from the floor; docs/BENCHMARKS.md, 2026-11-27).
+    pub(crate) fn new(frames: usize, largest_folio: usize) -> Feedback {
+        let hi = (frames as u64 / 2).max(1);
+        let floor = (frames as u64 / 256)
+            .max(2 * largest_folio as u64)
+            .clamp(1, hi);
         Feedback {
-            probation_target: AtomicU64::new(frames / 16),
-            probation_bounds: ((frames / 64).max(1), (frames / 2).max(1)),
+            probation_target: AtomicU64::new(floor),
+            probation_bounds: (floor, hi),
             ..Feedback::default()
         }
     }
@@ -842,6 +855,38 @@ mod tests {
         }
     }
 
+    /// The probation target starts at its floor: two of the largest folios, at least 1/256 of
+    /// the budget, at most half of it.
+    #[test]
+    fn the_probation_target_starts_at_its_floor() {
+        for (frames, largest, floor) in [
+            (16384, 512, 1024),
+            (16384, 1, 64),
+            (262_144, 512, 1024),
+            (1 << 20, 512, 4096),
+            (256, 1, 2),
+            (512, 512, 256),
+            (1, 1, 1),
+        ] {
+            let f = Feedback::new(frames, largest);
+            assert_eq!(
+                f.probation_target(),
+                floor,
+                "{frames} frames, folios of {largest}"
+            );
+            assert_eq!(f.probation_bounds.0, floor as u64);
+            // Probation evictees coming back within it grow it; generation evictees within
+            // reach shrink it back, never below the floor.
+            f.adapt_probation(true, 0, frames as u64, 1);
+            f.adapt_probation(false, 0, frames as u64, 8);
+            assert_eq!(
+                f.probation_target(),
+                floor,
+                "{frames} frames, folios of {largest}"
+            );
+        }
+    }
+
     #[test]
     fn a_tier_refaulting_more_than_tier_0_is_protected() {
         let f = Feedback::default();
@@ -879,6 +924,7 @@ mod tests {
                 loop_protection,
                 shadow_shrinker: false,
                 frames: 16,
+                largest_folio: 1,
                 wait_policy: crate::sync::bitwait::WaitPolicy::Exact,
                 alloc_timeout: std::time::Duration::from_secs(1),
             })

@@ -246,6 +246,8 @@ pub(crate) struct VmConfig {
     pub loop_protection: bool,
     pub shadow_shrinker: bool,
     pub frames: usize,
+    /// Frames of the largest folio the cache allocates (`1 << max_folio_order`).
+    pub largest_folio: usize,
     pub wait_policy: WaitPolicy,
     pub alloc_timeout: Duration,
 }
@@ -287,7 +289,7 @@ impl Vmscan {
             policy: c.policy,
             workingset: c.workingset,
             loop_protection: c.loop_protection && multigen,
-            lru_gen: lru_gen::Feedback::new(c.frames),
+            lru_gen: lru_gen::Feedback::new(c.frames, c.largest_folio),
             shadow_shrinker: c.shadow_shrinker,
             max_shadow_nodes: (c.frames / 16).max(1),
             wmark,
@@ -404,6 +406,7 @@ pub mod model {
                 loop_protection: false,
                 shadow_shrinker: false,
                 frames,
+                largest_folio: 1,
                 wait_policy: crate::sync::bitwait::WaitPolicy::Exact,
                 alloc_timeout: std::time::Duration::from_secs(1),
             }))
@@ -463,6 +466,7 @@ pub mod model {
                 loop_protection,
                 shadow_shrinker: false,
                 frames,
+                largest_folio: 1,
                 wait_policy: crate::sync::bitwait::WaitPolicy::Exact,
                 alloc_timeout: std::time::Duration::from_secs(1),
             }))
