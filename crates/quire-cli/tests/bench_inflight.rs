@@ -113,10 +113,17 @@ fn quick_run_is_well_formed() {
             assert_eq!(metrics(&r, case, v), zipf_async, "{case} {v}");
             // Each future has at most one miss in flight: the engine's requests join between
             // 1 and the case's depth in flight, and a pass polls between 1 and that many.
+            // Readahead adds requests beyond the futures' own where a miss follows its page's
+            // neighbour (2 of 7 672 requests in a quick run at depth 1, which joined with up to
+            // 3 in flight): the mean depth may pass the case's depth by that much, not more
+            // than 1% of it.
             let depth: f64 = case.trim_start_matches("zipf-qd").parse().unwrap();
-            for metric in ["mean_depth", "ready_per_pass"] {
+            for (metric, slack) in [("mean_depth", 0.01), ("ready_per_pass", 0.0)] {
                 let x = value(&r, case, v, metric);
-                assert!((1.0..=depth).contains(&x), "{case} {v} {metric} {x}");
+                assert!(
+                    (1.0..=depth * (1.0 + slack)).contains(&x),
+                    "{case} {v} {metric} {x}"
+                );
             }
         }
         assert!(stdout.contains(&format!("inflight / {case}")), "{stdout}");
