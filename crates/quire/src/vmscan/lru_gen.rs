@@ -72,10 +72,11 @@
 //! its size; one evicted from the generations that comes back within reach would have been kept
 //! had the generations had more room, so it shrinks by as much (between its floor and 1/2 of the
 //! budget). The target starts at its floor, room for two of the cache's largest folios (a
-//! stream's folio being read and the one read ahead) and at least 1/256 of the budget: whatever
-//! probation holds beyond it, the generations cannot hold, and a loop's generations keep the
-//! size they had when the cache first filled. On a probation folio's turn: one used again since it was added joins the
-//! generations (`min_seq + 1`); one not used at all yet (readahead its reader has not reached)
+//! stream's folio being read and the one read ahead), at most 1/16 of the budget and at least
+//! 1/256 of it: whatever probation holds beyond it, the generations cannot hold, and a loop's
+//! generations keep the size they had when the cache first filled. On a probation folio's
+//! turn: one used again since it was added joins the generations (`min_seq + 1`); one not used
+//! at all yet (readahead its reader has not reached)
 //! gets one more turn, back at probation's head (`PROBATION` marks it as having had it) — in
 //! the generations, used once, it would take a resident's place — and once a round of
 //! probation found only such folios (read ahead in windows larger than probation), that round
@@ -293,16 +294,21 @@ pub struct LruGenStats {
 impl Feedback {
     /// The feedback of a cache of `frames` frames whose largest folio has `largest_folio`
     /// frames. The probation target starts at its floor: room for two of the largest folios
-    /// (a stream's folio being read and the one read ahead of it), and at least 1/256 of the
-    /// budget; it grows from there only on evidence, a folio evicted from probation coming
-    /// back within its length ([`Feedback::adapt_probation`]). What probation holds beyond
-    /// the floor is taken from the generations: with a start of 1/16, a loop's generations
-    /// kept the size they had when the cache first filled and its share stopped at 0.744 with
-    /// order-0 folios (0.791 from the floor; docs/BENCHMARKS.md, 2026-11-27).
+    /// (a stream's folio being read and the one read ahead of it), but no more than 1/16 of
+    /// the budget (where the largest folios are that big, a budget of a few of them) and no
+    /// less than 1/256; it grows from there only on evidence, a folio evicted from probation
+    /// coming back within its length ([`Feedback::adapt_probation`]). What probation holds
+    /// beyond the floor is taken from the generations: with a start of 1/16, a loop's
+    /// generations kept the size they had when the cache first filled and its share stopped
+    /// at 0.744 with order-0 folios (0.791 from the floor); without the 1/16 cap, a 16 MiB
+    /// cache of 2 MiB folios gave probation a quarter of itself and its loop fell from 0.30 to
+    /// 0.08, its zipf by 0.011 (docs/BENCHMARKS.md, 2026-11-27).
     pub(crate) fn new(frames: usize, largest_folio: usize) -> Feedback {
-        let hi = (frames as u64 / 2).max(1);
-        let floor = (frames as u64 / 256)
-            .max(2 * largest_folio as u64)
+        let frames = frames as u64;
+        let hi = (frames / 2).max(1);
+        let floor = (2 * largest_folio as u64)
+            .min(frames / 16)
+            .max(frames / 256)
             .clamp(1, hi);
         Feedback {
             probation_target: AtomicU64::new(floor),
@@ -855,17 +861,18 @@ mod tests {
         }
     }
 
-    /// The probation target starts at its floor: two of the largest folios, at least 1/256 of
-    /// the budget, at most half of it.
+    /// The probation target starts at its floor: two of the largest folios, at most 1/16 of
+    /// the budget and at least 1/256 of it (and 1 frame).
     #[test]
     fn the_probation_target_starts_at_its_floor() {
         for (frames, largest, floor) in [
             (16384, 512, 1024),
             (16384, 1, 64),
+            (4096, 512, 256),
             (262_144, 512, 1024),
             (1 << 20, 512, 4096),
             (256, 1, 2),
-            (512, 512, 256),
+            (512, 512, 32),
             (1, 1, 1),
         ] {
             let f = Feedback::new(frames, largest);
