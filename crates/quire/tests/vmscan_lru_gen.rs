@@ -305,8 +305,8 @@ fn a_loop_keeps_a_resident_share() {
     let (classic, _) = run(ReclaimPolicy::Lru, false);
     assert!(protected >= 0.5, "loop protection: {protected}");
     assert!(plain <= 0.05 && classic <= 0.05, "{plain} {classic}");
-    // The target never left its floor: the loop's refaults are all candidates evicted from
-    // probation farther back than its length, and none evicted from the generations.
+    // The target never grew past its floor: no folio evicted from probation came back within
+    // its length (a loop's refaults return a whole pass later).
     let g = s.lru_gen.as_ref().unwrap();
     assert_eq!(g.probation_target, 2, "{g:?}");
 }
