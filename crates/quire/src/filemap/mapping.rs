@@ -79,6 +79,9 @@ pub(crate) struct Mapping {
     pub(crate) closed: AtomicBool,
     /// Frames of this file in the index.
     pub(crate) nr_frames: AtomicUsize,
+    /// Bytes the store returned to this file's reads, ever (whatever engine ran them): the
+    /// file's misses in bytes ([`super::CachedFile::store_bytes_read`]).
+    pub(crate) read_bytes: AtomicU64,
     /// When the oldest data now dirty was dirtied (None when the file is clean).
     pub(crate) dirtied_at: Mutex<Option<Instant>>,
     /// Open handles ([`super::CachedFile`]s). The last one to go closes the mapping at once,
@@ -209,6 +212,7 @@ impl Mapping {
             store_len: Default::default(),
             closed: AtomicBool::new(false),
             nr_frames: AtomicUsize::new(0),
+            read_bytes: AtomicU64::new(0),
             dirtied_at: Mutex::new(None),
             handles: AtomicUsize::new(0),
             wb_failing: AtomicI32::new(0),
@@ -435,6 +439,9 @@ impl Mapping {
         plan: ReadPlan,
         got: StoreResult<usize>,
     ) -> Result<()> {
+        if let Ok(n) = got {
+            self.read_bytes.fetch_add(n as u64, Ordering::Relaxed);
+        }
         let buf = g.bytes_mut().expect("not up to date");
         match got {
             Ok(n) if n < plan.expected => {

@@ -1135,6 +1135,15 @@ impl CachedFile {
         self.mapping.nr_frames.load(Ordering::Relaxed)
     }
 
+    /// Bytes read from the store into this file's cache since it was opened (by every handle
+    /// of it): its misses, readahead included, in bytes, whichever I/O engine read them — a
+    /// file's hit ratio is `1 - store_bytes_read / bytes asked for`. The kernel's per-task
+    /// `read_bytes` (`/proc/<pid>/io`), kept per file.
+    #[doc(alias = "read_bytes")]
+    pub fn store_bytes_read(&self) -> u64 {
+        self.mapping.read_bytes.load(Ordering::Relaxed)
+    }
+
     /// Closes the handle after an `fsync`, reporting its error: dropping a handle also writes
     /// back dirty data (once the file's last handle goes), but cannot report a failure.
     pub fn close(self) -> Result<()> {

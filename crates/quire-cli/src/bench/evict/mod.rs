@@ -23,8 +23,9 @@
 //!   (the ceiling; where threads run side by side their traces are merged in turn).
 //!
 //! A hit ratio is the share of page reads not read from storage: `1 - bytes read from storage /
-//! bytes asked for`, from the store's count for quire and from `read_bytes` of `/proc/*/io` for
-//! the kernel.
+//! bytes asked for`, from the file's `CachedFile::store_bytes_read` for quire (counted by the
+//! cache, so that the stores keep their file descriptors and readahead runs on io_uring as a
+//! user's would) and from `read_bytes` of `/proc/*/io` for the kernel.
 //!
 //! Cases:
 //! - `zipf`: a file 4× the budget, random 4 KiB reads with Zipf skew 0.99 over its pages (a
@@ -69,7 +70,7 @@ pub(crate) mod workload;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Barrier};
+use std::sync::Barrier;
 use std::time::Instant;
 
 use anyhow::ensure;
@@ -79,7 +80,7 @@ use quire::vmscan::ReclaimPolicy;
 
 use super::read::{direct_store, drop_kernel_cache, write_data_file, Content, Scratch, CHUNK};
 use super::{Bench, Suite};
-use workload::{interleave, opt_ratio, permutation, uniform_trace, zipf_trace, CountingStore};
+use workload::{interleave, opt_ratio, permutation, uniform_trace, zipf_trace};
 
 pub use kernel::child_main;
 pub use trace::{steps as trace_steps, TraceArgs, TraceFormat};
@@ -352,15 +353,12 @@ fn run(b: &mut Bench) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// An O_DIRECT store over `path` that counts what it reads, opened in a new cache.
-fn open_counted(
-    b: &Bench,
-    cache: &PageCache,
-    path: &Path,
-) -> anyhow::Result<(CachedFile, Arc<CountingStore<quire::store::FileStore>>)> {
-    let store = Arc::new(CountingStore::new(direct_store(b, path, false)?));
-    let file = cache.open(store.clone())?;
-    Ok((file, store))
+/// An O_DIRECT store over `path`, opened in a new cache; the file's misses are its
+/// [`CachedFile::store_bytes_read`], counted by the cache, so that the store keeps its file
+/// descriptor and the I/O engine reads it as it would a user's (io_uring where the kernel
+/// allows: a wrapper that counted in `read_at` would send every read to the engine's threads).
+fn open_counted(b: &Bench, cache: &PageCache, path: &Path) -> anyhow::Result<CachedFile> {
+    Ok(cache.open(direct_store(b, path, false)?)?)
 }
 
 /// Reads page `p` of `file` into `buf` and checks its tag.
@@ -424,7 +422,7 @@ fn zipf_case(b: &mut Bench, sz: &Sizes, files: &Files) -> anyhow::Result<()> {
         let variant = v.name;
         b.step(&format!("zipf / {variant}"));
         let cache = PageCache::new(v.config(sz.budget))?;
-        let (file, store) = open_counted(b, &cache, &files.big)?;
+        let file = open_counted(b, &cache, &files.big)?;
         let warmed = Barrier::new(THREADS + 1);
         let go = Barrier::new(THREADS + 1);
         let (read, secs) = std::thread::scope(|s| -> anyhow::Result<(u64, f64)> {
@@ -447,13 +445,13 @@ fn zipf_case(b: &mut Bench, sz: &Sizes, files: &Files) -> anyhow::Result<()> {
                 })
                 .collect();
             warmed.wait();
-            let before = store.bytes_read();
+            let before = file.store_bytes_read();
             let t0 = Instant::now();
             go.wait();
             for h in handles {
                 h.join().expect("zipf reader panicked")?;
             }
-            Ok((store.bytes_read() - before, t0.elapsed().as_secs_f64()))
+            Ok((file.store_bytes_read() - before, t0.elapsed().as_secs_f64()))
         })?;
         record_reclaim_cost(b, "zipf", v, THREADS, &cache);
         record_q(
@@ -544,8 +542,8 @@ fn scan_case(b: &mut Bench, sz: &Sizes, files: &Files) -> anyhow::Result<()> {
         let variant = v.name;
         b.step(&format!("scan / {variant}"));
         let cache = PageCache::new(v.config(sz.budget))?;
-        let (hot, hot_store) = open_counted(b, &cache, &files.hot)?;
-        let (stream, _) = open_counted(b, &cache, &files.big)?;
+        let hot = open_counted(b, &cache, &files.hot)?;
+        let stream = open_counted(b, &cache, &files.big)?;
         let mut buf = vec![0u8; PAGE];
         for &p in &warm {
             read_checked(&hot, p, &mut buf)?;
@@ -566,7 +564,7 @@ fn scan_case(b: &mut Bench, sz: &Sizes, files: &Files) -> anyhow::Result<()> {
                 done.store(true, Ordering::Relaxed);
                 Ok(())
             });
-            let before = hot_store.bytes_read();
+            let before = hot.store_bytes_read();
             let mut n = 0u64;
             for &p in &trace {
                 if done.load(Ordering::Relaxed) {
@@ -575,7 +573,7 @@ fn scan_case(b: &mut Bench, sz: &Sizes, files: &Files) -> anyhow::Result<()> {
                 read_checked(&hot, p, &mut buf)?;
                 n += 1;
             }
-            let read = hot_store.bytes_read() - before;
+            let read = hot.store_bytes_read() - before;
             done.store(true, Ordering::Relaxed);
             streamer.join().expect("streamer panicked")?;
             Ok((n, read))
@@ -664,17 +662,17 @@ fn loop_case(b: &mut Bench, sz: &Sizes, files: &Files) -> anyhow::Result<()> {
         let variant = v.name;
         b.step(&format!("loop / {variant}"));
         let cache = PageCache::new(v.config(sz.budget))?;
-        let (file, store) = open_counted(b, &cache, &files.looped)?;
+        let file = open_counted(b, &cache, &files.looped)?;
         let mut buf = vec![0u8; CHUNK];
         read_through(&file, &mut buf)?;
-        let before = store.bytes_read();
+        let before = file.store_bytes_read();
         let t0 = Instant::now();
         let mut asked = 0;
         for _ in 0..sz.loop_passes {
             asked += read_through(&file, &mut buf)?;
         }
         let secs = t0.elapsed().as_secs_f64();
-        let read = store.bytes_read() - before;
+        let read = file.store_bytes_read() - before;
         record_reclaim_cost(b, "loop", v, 1, &cache);
         record_q(
             b,
@@ -748,8 +746,8 @@ fn switch_case(b: &mut Bench, sz: &Sizes, files: &Files) -> anyhow::Result<()> {
         let (mut asked, mut read, mut secs) = (0, 0, 0.0);
         let (mut refaults, mut activated) = (0, 0);
         for turn in 0..SWITCH_TURNS {
-            let (file, store) = &opened[turn % 2];
-            let before = store.bytes_read();
+            let file = &opened[turn % 2];
+            let before = file.store_bytes_read();
             let vm = cache.stats().vmstat;
             let t0 = Instant::now();
             let mut n = 0;
@@ -759,7 +757,7 @@ fn switch_case(b: &mut Bench, sz: &Sizes, files: &Files) -> anyhow::Result<()> {
             if turn > 0 {
                 secs += t0.elapsed().as_secs_f64();
                 asked += n;
-                read += store.bytes_read() - before;
+                read += file.store_bytes_read() - before;
                 let now = cache.stats().vmstat;
                 refaults += now.get(Event::WorkingsetRefault) - vm.get(Event::WorkingsetRefault);
                 activated += now.get(Event::WorkingsetActivate) - vm.get(Event::WorkingsetActivate);
@@ -848,7 +846,7 @@ fn readonce_case(b: &mut Bench, sz: &Sizes, files: &Files) -> anyhow::Result<()>
         let handles: Vec<_> = files
             .once
             .iter()
-            .map(|p| open_counted(b, &cache, p).map(|(f, _)| f))
+            .map(|p| open_counted(b, &cache, p))
             .collect::<anyhow::Result<_>>()?;
         let before = cache.stats().vmstat;
         let t0 = Instant::now();

@@ -1,0 +1,144 @@
+//! `CachedFile::store_bytes_read`: a file's misses in bytes, counted by the cache whichever
+//! engine read them — the store's own count where the store can count (threads calling
+//! `read_at`), the exact bytes a workload must miss where it cannot (io_uring on the store's
+//! file descriptor, which no `read_at` sees).
+#![cfg(not(loom))]
+
+mod common;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use common::{pattern, PAGE};
+use quire::bio::{IoEngineChoice, IoEngineKind};
+use quire::filemap::{CacheConfig, PageCache};
+use quire::store::{FileStore, IoMode, MemStore, Result, Store};
+
+/// A store that counts the bytes its `read_at` returned.
+struct Counting {
+    inner: MemStore,
+    read: AtomicU64,
+}
+
+impl Store for Counting {
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        let n = self.inner.read_at(offset, buf)?;
+        self.read.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(n)
+    }
+    fn write_at(&self, offset: u64, buf: &[u8]) -> Result<usize> {
+        self.inner.write_at(offset, buf)
+    }
+    fn sync(&self) -> Result<()> {
+        self.inner.sync()
+    }
+    fn len(&self) -> Result<u64> {
+        self.inner.len()
+    }
+    fn set_len(&self, len: u64) -> Result<()> {
+        self.inner.set_len(len)
+    }
+}
+
+fn config(budget: usize, readahead: bool) -> CacheConfig {
+    let mut cfg = CacheConfig::new(budget);
+    if !readahead {
+        cfg.readahead_max = 0;
+        cfg.max_folio_order = 0;
+    }
+    cfg
+}
+
+#[test]
+fn the_count_is_what_the_store_returned() {
+    let len = 3 << 20;
+    for readahead in [false, true] {
+        let cache = PageCache::new(config(1 << 20, readahead)).unwrap();
+        let store = Arc::new(Counting {
+            inner: MemStore::from_vec(pattern(len, 3)),
+            read: AtomicU64::new(0),
+        });
+        let file = cache.open(store.clone()).unwrap();
+        let mut rng = common::Rng(0x5eed);
+        let mut buf = vec![0u8; 3 * PAGE];
+        // Random reads, a stream and rereads over a cache a third of the file: misses,
+        // readahead and evictions.
+        for i in 0..400 {
+            let off = if i % 100 < 50 {
+                rng.below(len - buf.len()) as u64
+            } else {
+                ((i % 50) * 14 * PAGE) as u64
+            };
+            file.read_exact_at(off, &mut buf).unwrap();
+            assert_eq!(
+                file.store_bytes_read(),
+                store.read.load(Ordering::Relaxed),
+                "readahead {readahead}, read {i}"
+            );
+        }
+        assert!(file.store_bytes_read() > 0);
+    }
+}
+
+#[test]
+fn hits_cost_nothing_and_each_miss_its_bytes() {
+    let cache = PageCache::new(config(4 << 20, false)).unwrap();
+    let file = cache.open(MemStore::from_vec(pattern(1 << 20, 5))).unwrap();
+    let other = cache.open(MemStore::from_vec(pattern(1 << 20, 6))).unwrap();
+    let mut page = vec![0u8; PAGE];
+    file.read_exact_at(7 * PAGE as u64, &mut page).unwrap();
+    assert_eq!(file.store_bytes_read(), PAGE as u64);
+    file.read_exact_at(7 * PAGE as u64 + 100, &mut page[..100])
+        .unwrap();
+    assert_eq!(file.store_bytes_read(), PAGE as u64, "a hit reads nothing");
+    // Another handle of the same file shares the count; another file has its own.
+    let again = file.reopen();
+    again.read_exact_at(9 * PAGE as u64, &mut page).unwrap();
+    assert_eq!(file.store_bytes_read(), 2 * PAGE as u64);
+    assert_eq!(other.store_bytes_read(), 0);
+}
+
+/// Over io_uring (where the kernel gives one) the store's `read_at` never runs for readahead,
+/// yet a stream through a cache larger than the file reads each byte exactly once.
+#[test]
+fn io_uring_reads_are_counted() {
+    let dir = env!("CARGO_TARGET_TMPDIR");
+    let path = std::path::Path::new(dir).join(format!("quire-read-bytes-{}", std::process::id()));
+    let len = 6 << 20;
+    std::fs::write(&path, pattern(len, 9)).unwrap();
+    let mut cfg = config(16 << 20, true);
+    cfg.io_engine = IoEngineChoice::IoUring;
+    let cache = PageCache::new(cfg).unwrap();
+    let engine = cache.stats().io_engine;
+    if engine.kind != IoEngineKind::IoUring {
+        eprintln!("skipped: no io_uring here ({})", engine.reason);
+        let _ = std::fs::remove_file(&path);
+        return;
+    }
+    let file = cache
+        .open(FileStore::open(&path, IoMode::Buffered).unwrap())
+        .unwrap();
+    let _ = std::fs::remove_file(&path);
+    let before = cache.stats().io.submitted;
+    let mut buf = vec![0u8; 1 << 20];
+    let mut off = 0;
+    while off < len as u64 {
+        off += file.read_at(off, &mut buf).unwrap() as u64;
+    }
+    assert!(
+        cache.stats().io.submitted > before,
+        "the stream's readahead went through the engine"
+    );
+    // Readahead requests still in flight end before the count is final.
+    let t0 = std::time::Instant::now();
+    while file.store_bytes_read() < len as u64 && t0.elapsed().as_secs() < 10 {
+        std::thread::yield_now();
+    }
+    assert_eq!(file.store_bytes_read(), len as u64);
+    // Rereading it all hits.
+    off = 0;
+    while off < len as u64 {
+        off += file.read_at(off, &mut buf).unwrap() as u64;
+    }
+    assert_eq!(file.store_bytes_read(), len as u64);
+}
