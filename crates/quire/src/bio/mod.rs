@@ -25,6 +25,14 @@
 //! environment overrides [`crate::CacheConfig::io_engine`]'s default, so a whole test run can
 //! use the fallback.
 //!
+//! # Merging
+//!
+//! A file's batch of reads for the ring (io_uring, a store with a descriptor) is merged first
+//! (`merge_reads`): reads whose store bytes follow one another (a readahead window of small
+//! folios) become one request of several pieces, a `readv` (at most 256 pieces and 2 MiB),
+//! whose end ends each folio's own end with its share of the bytes. The threads engine is not given merged reads: it would run the pieces one
+//! after another on one thread, where its threads ran them side by side.
+//!
 //! # What a request promises
 //!
 //! - Its buffer is frame memory that its `BioEnd` keeps (locked or under write-back, with a
@@ -187,6 +195,106 @@ impl Bio {
     /// The request's bytes, all pieces together.
     pub(crate) fn total(&self) -> usize {
         self.len + self.more.iter().map(|&(_, l)| l).sum::<usize>()
+    }
+}
+
+/// The most pieces one merged read carries: the kernel's `BIO_MAX_VECS`, well inside the
+/// `IOV_MAX` (1 024) a `readv` takes.
+pub(crate) const MAX_MERGED_PIECES: usize = 256;
+
+/// The most bytes one merged read carries (a device's `max_sectors_kb`; write-back's merges
+/// stop at the same size): a prefetch of a long range stays many requests in flight rather
+/// than one.
+pub(crate) const MAX_MERGED_BYTES: usize = 2 << 20;
+
+/// Merges runs of reads in `bios` whose store bytes follow one another (same store, each
+/// starting where the one before ends) into requests of several pieces, at most
+/// [`MAX_MERGED_PIECES`] and [`MAX_MERGED_BYTES`] each: one `readv` for a readahead window of small folios, where each
+/// was its own request (the block layer's plug merging, `blk_attempt_plug_merge`). Order is
+/// kept; writes and requests that already have pieces pass through alone. Each merged
+/// request's end ends its pieces' own ends, in order, with their share of the bytes
+/// ([`MergedEnd`]).
+#[doc(alias = "blk_attempt_plug_merge")]
+pub(crate) fn merge_reads(bios: Vec<Bio>) -> Vec<Bio> {
+    let mut out: Vec<Bio> = Vec::with_capacity(bios.len());
+    // Where the run being built would take a next piece: its store, and the offset.
+    let mut tail: Option<(*const u8, u64)> = None;
+    let mut run: Vec<Bio> = Vec::new();
+    let mut run_bytes = 0;
+    let flush = |run: &mut Vec<Bio>, out: &mut Vec<Bio>| match run.len() {
+        0 => {}
+        1 => out.extend(run.pop()),
+        _ => out.push(merged(std::mem::take(run))),
+    };
+    for bio in bios {
+        let mergeable = bio.op == BioOp::Read && bio.more.is_empty();
+        let store = bio.end.store() as *const dyn Store as *const u8;
+        let follows = mergeable
+            && run.len() < MAX_MERGED_PIECES
+            && run_bytes + bio.len <= MAX_MERGED_BYTES
+            && tail.is_some_and(|(s, end)| std::ptr::eq(s, store) && end == bio.offset);
+        if !follows {
+            flush(&mut run, &mut out);
+            run_bytes = 0;
+        }
+        if mergeable {
+            tail = Some((store, bio.offset + bio.len as u64));
+            run_bytes += bio.len;
+            run.push(bio);
+        } else {
+            tail = None;
+            out.push(bio);
+        }
+    }
+    flush(&mut run, &mut out);
+    out
+}
+
+/// One request of the reads `run` (two or more, adjacent in the store, in order).
+fn merged(run: Vec<Bio>) -> Bio {
+    let mut pieces = run.into_iter();
+    let first = pieces.next().expect("a run has a first read");
+    let mut more = Vec::new();
+    let mut ends = vec![(first.len, first.end)];
+    for b in pieces {
+        more.push((b.buf, b.len));
+        ends.push((b.len, b.end));
+    }
+    Bio {
+        op: BioOp::Read,
+        offset: first.offset,
+        buf: first.buf,
+        len: first.len,
+        more,
+        end: Box::new(MergedEnd { ends }),
+    }
+}
+
+/// The end of a merged read ([`merge_reads`]): the pieces' own ends with their lengths, in
+/// store order.
+struct MergedEnd {
+    ends: Vec<(usize, Box<dyn BioEnd>)>,
+}
+
+impl BioEnd for MergedEnd {
+    fn store(&self) -> &dyn Store {
+        self.ends[0].1.store()
+    }
+
+    /// A piece the transfer covered ends with its bytes and no error; the piece where it
+    /// stopped ends with what it got and the request's result (an error, or the store's end),
+    /// and so does every piece after it, with no bytes.
+    fn end_io(self: Box<Self>, done: usize, res: Result<(), StoreError>) {
+        let mut at = 0;
+        for (len, end) in self.ends {
+            let got = done.saturating_sub(at).min(len);
+            at += len;
+            if got == len {
+                end.end_io(len, Ok(()));
+            } else {
+                end.end_io(got, res.clone());
+            }
+        }
     }
 }
 
@@ -488,6 +596,14 @@ impl Engine {
             info,
             counters,
         })
+    }
+
+    /// Whether reads of `store` go to the ring, where adjacent ones are worth merging
+    /// ([`merge_reads`]): one `readv` in place of a request per folio. Not for the threads,
+    /// which would run the pieces one `read_at` after another on one thread where several
+    /// threads ran them side by side.
+    pub(crate) fn merges_reads(&self, store: &dyn Store) -> bool {
+        self.uring.is_some() && store.io_fd().is_some()
     }
 
     /// Which engine runs and why.

@@ -350,3 +350,138 @@ fn a_write_of_several_pieces_lands_in_order() {
         engine.stop();
     }
 }
+
+/// The reads of pages `pages` (store page i into frame i), one request each, reporting under
+/// their page number.
+fn page_reads(pool: &FramePool, store: &Arc<dyn Store>, pages: &[usize], tx: &Ended) -> Vec<Bio> {
+    pages
+        .iter()
+        .map(|&i| page_bio(BioOp::Read, pool, i, i, store, i, tx))
+        .collect()
+}
+
+/// Each request's pieces as (store offset, length) runs: what `merge_reads` made of a batch.
+fn shape(bios: &[Bio]) -> Vec<(u64, usize, BioOp)> {
+    bios.iter().map(|b| (b.offset, b.total(), b.op)).collect()
+}
+
+#[test]
+fn merging_joins_adjacent_reads_of_one_store_only() {
+    let pool = FramePool::new(1024 * 4096).unwrap();
+    let a: Arc<dyn Store> = Arc::new(MemStore::from_vec(pattern(600 * 4096)));
+    let b: Arc<dyn Store> = Arc::new(MemStore::from_vec(pattern(600 * 4096)));
+    let (tx, _rx) = mpsc::channel();
+    // 0 1 2 | 4 5 (a gap) | 6 of another store | a write at 7 | 8 9
+    let mut bios = page_reads(&pool, &a, &[0, 1, 2, 4, 5], &tx);
+    bios.extend(page_reads(&pool, &b, &[6], &tx));
+    bios.push(page_bio(BioOp::Write, &pool, 7, 7, &a, 7, &tx));
+    bios.extend(page_reads(&pool, &a, &[8, 9], &tx));
+    let merged = merge_reads(bios);
+    assert_eq!(
+        shape(&merged),
+        [
+            (0, 3 * 4096, BioOp::Read),
+            (4 * 4096, 2 * 4096, BioOp::Read),
+            (6 * 4096, 4096, BioOp::Read),
+            (7 * 4096, 4096, BioOp::Write),
+            (8 * 4096, 2 * 4096, BioOp::Read),
+        ]
+    );
+    // A run longer than a request may carry is cut at MAX_MERGED_PIECES pieces...
+    let all: Vec<usize> = (0..MAX_MERGED_PIECES + 10).collect();
+    let merged = merge_reads(page_reads(&pool, &a, &all, &tx));
+    assert_eq!(
+        shape(&merged),
+        [
+            (0, MAX_MERGED_PIECES * 4096, BioOp::Read),
+            ((MAX_MERGED_PIECES * 4096) as u64, 10 * 4096, BioOp::Read),
+        ]
+    );
+    // ... and at MAX_MERGED_BYTES: reads of 64 pages each (as large folios would be).
+    let big = |first: usize| Bio {
+        op: BioOp::Read,
+        offset: (first * 4096) as u64,
+        buf: pool.frame_ptr(first),
+        len: 64 * 4096,
+        more: Vec::new(),
+        end: Box::new(TestEnd {
+            store: a.clone(),
+            tag: first,
+            tx: tx.clone(),
+        }),
+    };
+    let per = MAX_MERGED_BYTES / (64 * 4096);
+    let merged = merge_reads((0..per + 1).map(|i| big(64 * i)).collect());
+    assert_eq!(
+        shape(&merged),
+        [
+            (0, MAX_MERGED_BYTES, BioOp::Read),
+            (MAX_MERGED_BYTES as u64, 64 * 4096, BioOp::Read),
+        ]
+    );
+}
+
+#[test]
+fn a_merged_read_fills_every_piece_and_ends_each() {
+    let pages = 48;
+    let data = pattern(pages * 4096);
+    let pool = FramePool::new(pages * 4096).unwrap();
+    for mode in [IoMode::Buffered, IoMode::PreferDirect] {
+        let (_dir, store) = temp_file(&data, mode);
+        for engine in engines((pool.base(), pool.capacity())) {
+            // SAFETY: no request is in flight; the pool's memory is ours.
+            unsafe { std::ptr::write_bytes(pool.base(), 0, pool.capacity()) };
+            let (tx, rx) = mpsc::channel();
+            let all: Vec<usize> = (0..pages).collect();
+            let bios = merge_reads(page_reads(&pool, &store, &all, &tx));
+            assert_eq!(bios.len(), 1);
+            let before = engine.stats().submitted;
+            engine.submit(bios);
+            for (tag, done, res) in collect(&rx, pages) {
+                assert!(res.is_ok(), "page {tag}: {res:?}");
+                assert_eq!(done, 4096, "page {tag}");
+            }
+            assert!(
+                frames(&pool, pages) == &data[..],
+                "{:?} {mode:?}",
+                engine.info()
+            );
+            assert_eq!(engine.stats().submitted - before, 1, "one request");
+            engine.stop();
+        }
+    }
+}
+
+#[test]
+fn a_merged_read_that_stops_early_ends_the_rest_with_what_stopped_it() {
+    let pages = 8;
+    let pool = FramePool::new(pages * 4096).unwrap();
+    // The store ends 1 000 bytes into page 5: pages 0..5 whole, page 5 short, 6 and 7 empty,
+    // all without an error (the end of a file).
+    let short: Arc<dyn Store> = Arc::new(MemStore::from_vec(pattern(5 * 4096 + 1000)));
+    // An error at page 3: pages 0..3 whole, 3 and after with the error.
+    let faulty = FaultyStore::new(MemStore::from_vec(pattern(pages * 4096)));
+    faulty.add(Fault::read_error(3 * 4096..4 * 4096).persistent());
+    let faulty: Arc<dyn Store> = Arc::new(faulty);
+    let engine = Engine::start(IoEngineChoice::Threads, 2, (pool.base(), pool.capacity())).unwrap();
+    let all: Vec<usize> = (0..pages).collect();
+    for (store, expect) in [
+        (
+            &short,
+            [4096, 4096, 4096, 4096, 4096, 1000, 0, 0].map(|n| (n, true)),
+        ),
+        (
+            &faulty,
+            [4096, 4096, 4096, 0, 0, 0, 0, 0].map(|n| (n, n > 0)),
+        ),
+    ] {
+        let (tx, rx) = mpsc::channel();
+        engine.submit(merge_reads(page_reads(&pool, store, &all, &tx)));
+        let got: Vec<(usize, bool)> = collect(&rx, pages)
+            .into_iter()
+            .map(|(_, done, res)| (done, res.is_ok()))
+            .collect();
+        assert_eq!(got, expect);
+    }
+    engine.stop();
+}

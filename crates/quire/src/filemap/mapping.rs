@@ -560,6 +560,8 @@ impl Mapping {
     pub(crate) fn submit_reads(&self, bios: Vec<Bio>) {
         if self.completes_reads {
             self.cache.bio.submit_to_store(&*self.store, bios);
+        } else if bios.len() > 1 && self.cache.bio.merges_reads(&*self.store) {
+            self.cache.bio.submit(crate::bio::merge_reads(bios));
         } else {
             self.cache.bio.submit(bios);
         }
