@@ -107,9 +107,13 @@ fn frames(pool: &FramePool, pages: usize) -> &[u8] {
     unsafe { std::slice::from_raw_parts(pool.base(), pages * 4096) }
 }
 
-#[test]
-fn a_batch_of_reads_lands_in_the_frames_buffered_and_direct() {
-    let pages = 64;
+/// Runs `body` on a file of `pages` patterned pages, buffered and direct, on each engine, with
+/// a pool of as many frames, zeroed before each run: `body(engine, pool, store, data, mode)`.
+/// The engine is stopped after.
+fn on_each_engine(
+    pages: usize,
+    mut body: impl FnMut(&Engine, &FramePool, &Arc<dyn Store>, &[u8], IoMode),
+) {
     let data = pattern(pages * 4096);
     let pool = FramePool::new(pages * 4096).unwrap();
     for mode in [IoMode::Buffered, IoMode::PreferDirect] {
@@ -117,19 +121,27 @@ fn a_batch_of_reads_lands_in_the_frames_buffered_and_direct() {
         for engine in engines((pool.base(), pool.capacity())) {
             // SAFETY: no request is in flight; the pool's memory is ours.
             unsafe { std::ptr::write_bytes(pool.base(), 0, pool.capacity()) };
-            read_pages(&engine, &pool, &store, pages);
-            assert!(
-                frames(&pool, pages) == &data[..],
-                "{:?} {mode:?}: bytes",
-                engine.info()
-            );
-            let s = engine.stats();
-            assert_eq!(s.submitted, pages as u64, "{:?}", engine.info());
-            assert_eq!((s.in_flight, s.errors), (0, 0));
-            assert!(s.max_in_flight >= 1 && s.batches >= 1);
+            body(&engine, &pool, &store, &data, mode);
             engine.stop();
         }
     }
+}
+
+#[test]
+fn a_batch_of_reads_lands_in_the_frames_buffered_and_direct() {
+    let pages = 64;
+    on_each_engine(pages, |engine, pool, store, data, mode| {
+        read_pages(engine, pool, store, pages);
+        assert!(
+            frames(pool, pages) == data,
+            "{:?} {mode:?}: bytes",
+            engine.info()
+        );
+        let s = engine.stats();
+        assert_eq!(s.submitted, pages as u64, "{:?}", engine.info());
+        assert_eq!((s.in_flight, s.errors), (0, 0));
+        assert!(s.max_in_flight >= 1 && s.batches >= 1);
+    });
 }
 
 #[test]
@@ -424,32 +436,20 @@ fn merging_joins_adjacent_reads_of_one_store_only() {
 #[test]
 fn a_merged_read_fills_every_piece_and_ends_each() {
     let pages = 48;
-    let data = pattern(pages * 4096);
-    let pool = FramePool::new(pages * 4096).unwrap();
-    for mode in [IoMode::Buffered, IoMode::PreferDirect] {
-        let (_dir, store) = temp_file(&data, mode);
-        for engine in engines((pool.base(), pool.capacity())) {
-            // SAFETY: no request is in flight; the pool's memory is ours.
-            unsafe { std::ptr::write_bytes(pool.base(), 0, pool.capacity()) };
-            let (tx, rx) = mpsc::channel();
-            let all: Vec<usize> = (0..pages).collect();
-            let bios = merge_reads(page_reads(&pool, &store, &all, &tx));
-            assert_eq!(bios.len(), 1);
-            let before = engine.stats().submitted;
-            engine.submit(bios);
-            for (tag, done, res) in collect(&rx, pages) {
-                assert!(res.is_ok(), "page {tag}: {res:?}");
-                assert_eq!(done, 4096, "page {tag}");
-            }
-            assert!(
-                frames(&pool, pages) == &data[..],
-                "{:?} {mode:?}",
-                engine.info()
-            );
-            assert_eq!(engine.stats().submitted - before, 1, "one request");
-            engine.stop();
+    on_each_engine(pages, |engine, pool, store, data, mode| {
+        let (tx, rx) = mpsc::channel();
+        let all: Vec<usize> = (0..pages).collect();
+        let bios = merge_reads(page_reads(pool, store, &all, &tx));
+        assert_eq!(bios.len(), 1);
+        let before = engine.stats().submitted;
+        engine.submit(bios);
+        for (tag, done, res) in collect(&rx, pages) {
+            assert!(res.is_ok(), "page {tag}: {res:?}");
+            assert_eq!(done, 4096, "page {tag}");
         }
-    }
+        assert!(frames(pool, pages) == data, "{:?} {mode:?}", engine.info());
+        assert_eq!(engine.stats().submitted - before, 1, "one request");
+    });
 }
 
 #[test]
