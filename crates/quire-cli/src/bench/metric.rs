@@ -47,7 +47,8 @@ impl Better {
             | "dirty_tests_per_page"
             | "direct_reclaims_per_alloc"
             | "direct_reclaims_per_gib"
-            | "reclaim_ns_per_evicted" => Lower,
+            | "reclaim_ns_per_evicted"
+            | "store_read_per_asked" => Lower,
             // Memory held.
             "daemon_rss_mib" | "index_heap_bytes_per_budget_byte" => Lower,
             // Descriptions of a run, not scores: the share of frames background reclaim keeps

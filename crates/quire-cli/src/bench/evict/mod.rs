@@ -45,8 +45,9 @@
 //!   `refaults_activated` (workingset activations / refaults over those turns).
 //! - `readonce`: one reader per CPU (2), each reading its own file of 5× the budget once in
 //!   1 MiB reads (vm-scalability's `lru-file-readonce`): `mb_per_s`, and for quire
-//!   `direct_reclaims_per_gib` and `direct_reclaims_per_alloc` (allocations that had to reclaim
-//!   themselves, per folio allocated).
+//!   `direct_reclaims_per_gib`, `direct_reclaims_per_alloc` (allocations that had to reclaim
+//!   themselves, per folio allocated) and `store_read_per_asked` (bytes read from the store per
+//!   byte read: above 1 where readahead was evicted before its reader reached it).
 //! - `shadow-memory`: 100× a 16 MiB budget (4 MiB with `--quick`) streamed through order-0
 //!   folios from a store whose bytes are computed, not stored; the most heap the index nodes
 //!   held at any moment, sampled every 4 MiB (`index_heap_bytes_per_budget_byte`: nodes ×
@@ -869,6 +870,9 @@ fn readonce_case(b: &mut Bench, sz: &Sizes, files: &Files) -> anyhow::Result<()>
         let secs = t0.elapsed().as_secs_f64();
         let ev = cache.stats().vmstat.since(&before);
         let gib = total as f64 / (1u64 << 30) as f64;
+        // Bytes read from the store per byte asked for: above 1 where readahead was evicted
+        // before its reader reached it and read again.
+        let from_store: u64 = handles.iter().map(CachedFile::store_bytes_read).sum();
         let direct = ev.get(Event::DirectReclaims) as f64;
         record_reclaim_cost(b, "readonce", v, THREADS, &cache);
         record_q(
@@ -888,6 +892,15 @@ fn readonce_case(b: &mut Bench, sz: &Sizes, files: &Files) -> anyhow::Result<()>
             "direct_reclaims_per_gib",
             direct / gib,
             "1/GiB",
+        );
+        record_q(
+            b,
+            "readonce",
+            v,
+            THREADS,
+            "store_read_per_asked",
+            from_store as f64 / total.max(1) as f64,
+            "ratio",
         );
         let allocs = ev.get(Event::FolioAllocs).max(1) as f64;
         record_q(
