@@ -266,6 +266,13 @@ pub trait Store: Send + Sync {
     /// ([`crate::bio`]: io_uring). `None` (the default): the engine calls
     /// [`Store::read_at`]/[`Store::write_at`] on its threads — the choice for any store that
     /// does more than plain file I/O.
+    ///
+    /// A wrapper around a [`FileStore`] chooses here: forwarding `io_fd` keeps its reads on
+    /// io_uring, but the engine then reads the descriptor itself and the wrapper's `read_at`
+    /// never sees them; not forwarding it (the default) sends every read through the wrapper,
+    /// on the engine's few threads — a stream of small folios that way ran at a tenth of its
+    /// speed (docs/BENCHMARKS.md, 2026-11-27). To count a file's misses, forward `io_fd` and
+    /// read [`crate::CachedFile::store_bytes_read`].
     fn io_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
         None
     }
