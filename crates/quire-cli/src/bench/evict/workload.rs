@@ -117,7 +117,10 @@ pub fn opt_ratio(trace: &[u32], capacity: usize, from: usize) -> f64 {
     measured.iter().filter(|&&h| h).count() as f64 / measured.len().max(1) as f64
 }
 
-/// A store that counts the bytes read from the store below it: quire's misses.
+/// A store that counts the bytes read from the store below it: quire's misses. For stores
+/// without a file descriptor (the trace replay's computed bytes): it does not forward
+/// [`Store::io_fd`], so over a `FileStore` every read would go to the I/O engine's threads
+/// rather than io_uring — the suite's cases count with `CachedFile::store_bytes_read` instead.
 pub struct CountingStore<S> {
     inner: S,
     read: AtomicU64,
