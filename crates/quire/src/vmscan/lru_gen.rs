@@ -82,7 +82,11 @@
 //! probation found only such folios (read ahead in windows larger than probation), that round
 //! of reclaim takes from the generations (should they give nothing, probation goes first
 //! again); the rest, and such a folio still unused on its next turn (a reader slower than that,
-//! or gone), are evicted, marked in their shadows as evicted from probation. With the
+//! or gone), are evicted, marked in their shadows as evicted from probation — except one still
+//! being read (locked), which reclaim cannot evict and puts back into the generations, past the
+//! admission test: a path the loop's share measurably depends on (docs/BENCHMARKS.md,
+//! 2026-11-27 (later): leaving such folios on probation took the order-0 loop from 0.791 to
+//! 0.744). With the
 //! generations empty, reclaim takes from probation whatever its size.
 //!
 //! *The claim*: reclaim also keeps a subset of what the hand keeps — a folio at the oldest tail
