@@ -30,8 +30,9 @@
 //! A file's batch of reads for the ring (io_uring, a store with a descriptor) is merged first
 //! (`merge_reads`): reads whose store bytes follow one another (a readahead window of small
 //! folios) become one request of several pieces, a `readv` (at most 256 pieces and 2 MiB),
-//! whose end ends each folio's own end with its share of the bytes. The threads engine is not given merged reads: it would run the pieces one
-//! after another on one thread, where its threads ran them side by side.
+//! whose end ends each folio's own end with its share of the bytes. The threads engine is not
+//! given merged reads: it would run the pieces one after another on one thread, where its
+//! threads ran them side by side.
 //!
 //! # What a request promises
 //!
@@ -209,8 +210,9 @@ pub(crate) const MAX_MERGED_BYTES: usize = 2 << 20;
 
 /// Merges runs of reads in `bios` whose store bytes follow one another (same store, each
 /// starting where the one before ends) into requests of several pieces, at most
-/// [`MAX_MERGED_PIECES`] and [`MAX_MERGED_BYTES`] each: one `readv` for a readahead window of small folios, where each
-/// was its own request (the block layer's plug merging, `blk_attempt_plug_merge`). Order is
+/// [`MAX_MERGED_PIECES`] and [`MAX_MERGED_BYTES`] each: one `readv` for a readahead window of
+/// small folios, where each was its own request (the block layer's plug merging,
+/// `blk_attempt_plug_merge`). Order is
 /// kept; writes and requests that already have pieces pass through alone. Each merged
 /// request's end ends its pieces' own ends, in order, with their share of the bytes
 /// ([`MergedEnd`]).
