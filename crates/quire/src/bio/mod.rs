@@ -203,19 +203,18 @@ impl Bio {
 /// `IOV_MAX` (1 024) a `readv` takes.
 pub(crate) const MAX_MERGED_PIECES: usize = 256;
 
-/// The most bytes one merged read carries (a device's `max_sectors_kb`; write-back's merges
-/// stop at the same size): a prefetch of a long range stays many requests in flight rather
-/// than one.
+/// The most bytes one merged request carries, read or write-back (a device's
+/// `max_sectors_kb`): a prefetch of a long range stays many requests in flight rather than
+/// one.
 pub(crate) const MAX_MERGED_BYTES: usize = 2 << 20;
 
 /// Merges runs of reads in `bios` whose store bytes follow one another (same store, each
 /// starting where the one before ends) into requests of several pieces, at most
 /// [`MAX_MERGED_PIECES`] and [`MAX_MERGED_BYTES`] each: one `readv` for a readahead window of
 /// small folios, where each was its own request (the block layer's plug merging,
-/// `blk_attempt_plug_merge`). Order is
-/// kept; writes and requests that already have pieces pass through alone. Each merged
-/// request's end ends its pieces' own ends, in order, with their share of the bytes
-/// ([`MergedEnd`]).
+/// `blk_attempt_plug_merge`). Order is kept; writes and requests that already have pieces
+/// pass through alone. Each merged request's end ends its pieces' own ends, in order, with
+/// their share of the bytes ([`MergedEnd`]).
 #[doc(alias = "blk_attempt_plug_merge")]
 pub(crate) fn merge_reads(bios: Vec<Bio>) -> Vec<Bio> {
     let mut out: Vec<Bio> = Vec::with_capacity(bios.len());

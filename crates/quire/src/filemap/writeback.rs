@@ -87,7 +87,7 @@ impl Mapping {
             match self.write_folio_piece(g, me.as_ref()) {
                 Ok(Some(piece)) => {
                     // Adjacent folios go out as one request (the kernel's bio of several
-                    // segments), up to `WB_MERGE_BYTES` and `WB_MERGE_PIECES`.
+                    // segments), up to `bio::MAX_MERGED_BYTES` and `WB_MERGE_PIECES`.
                     if let Some(m) = &mut merging {
                         if m.takes(&piece) {
                             m.add(piece);
@@ -384,9 +384,6 @@ impl Mapping {
 /// Folios a write-back submits to the I/O engine at a time.
 const WB_BATCH: usize = 64;
 
-/// The most bytes one merged write-back request takes.
-const WB_MERGE_BYTES: usize = 2 << 20;
-
 /// The most folios one merged write-back request takes.
 const WB_MERGE_PIECES: usize = 64;
 
@@ -421,7 +418,7 @@ impl WbMerge {
     /// Whether `p` follows this request's bytes in the file and fits in it.
     fn takes(&self, p: &WbPiece) -> bool {
         p.start == self.end
-            && self.bytes + p.len <= WB_MERGE_BYTES
+            && self.bytes + p.len <= crate::bio::MAX_MERGED_BYTES
             && self.pieces.len() < WB_MERGE_PIECES
     }
 
