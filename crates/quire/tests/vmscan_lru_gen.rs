@@ -275,6 +275,61 @@ fn a_scan_does_not_flush_the_hot_set() {
     }
 }
 
+/// A scan cut into small files, each read whole and in order through its own handle (a backup
+/// or `grep -r` beside a service), while the hot set is used slowly — two hot reads per file, so
+/// that most hot pages go untouched while much of the scan passes: the hot set keeps its hits,
+/// with readahead (the files' pages read in folios of up to 8 pages, as streams) and without.
+/// First reads wait on probation whatever the residents' marks say; a rule that let a new
+/// sequential working set in where the resident it would displace looked idle lost half the
+/// hot set here (docs/BENCHMARKS.md, "Issue 23, 2026-11-27 (last)").
+#[test]
+fn a_scan_of_small_files_does_not_flush_a_slowly_used_hot_set() {
+    for readahead in [0, 8] {
+        let mut cfg = config(256, ReclaimPolicy::MultiGen, true);
+        cfg.readahead_max = readahead * PAGE;
+        cfg.max_folio_order = if readahead > 0 { 3 } else { 0 };
+        let cache = PageCache::new(cfg).unwrap();
+        let hot = File::open(&cache, 128, 1);
+        for _ in 0..3 {
+            for p in 0..128 {
+                hot.read(p);
+            }
+        }
+        // 64 files of 16 pages: four times the budget, all kept open.
+        let files: Vec<File> = (0..64u8).map(|i| File::open(&cache, 16, 20 + i)).collect();
+        let mut x = 0x9e37_79b9u64;
+        let mut b = vec![0u8; PAGE];
+        let ratio = hits(&[&hot], || {
+            let mut asked = 0;
+            for f in &files {
+                let h = f.f.reopen();
+                for p in 0..16 {
+                    h.read_exact_at((p * PAGE) as u64, &mut b).unwrap();
+                    same(&b, &f.data[p * PAGE..(p + 1) * PAGE], "scanned page");
+                }
+                for _ in 0..2 {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    hot.read((x % 128) as usize);
+                    asked += 1;
+                }
+            }
+            asked
+        });
+        let scanned: u64 = files.iter().map(|f| f.misses()).sum();
+        assert!(
+            scanned >= 64 * 16,
+            "every scanned page read from its store: {scanned}"
+        );
+        assert!(
+            ratio >= 0.95,
+            "readahead {readahead} pages: hot hit ratio {ratio}"
+        );
+        check_gens(&cache, &cache.stats());
+    }
+}
+
 /// A file 1.25× the budget read start to end five times: with the loop protection a resident
 /// share stays (passes 2–5 hit); without it, and under the classic lists, nothing does. The
 /// share is what the generations hold, and they hold all but what probation keeps: every
