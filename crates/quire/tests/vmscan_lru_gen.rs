@@ -234,6 +234,14 @@ fn hits(files: &[&File], f: impl FnOnce() -> u64) -> f64 {
     1.0 - read as f64 / asked as f64
 }
 
+/// The next number of a xorshift sequence in `x`.
+fn xorshift(x: &mut u64) -> u64 {
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    *x
+}
+
 /// The hot set (half the budget, read three times) keeps its hits while a stream four times
 /// the budget passes once, its reads interleaved with random hot reads.
 #[test]
@@ -254,10 +262,7 @@ fn a_scan_does_not_flush_the_hot_set() {
             for s in 0..1024 {
                 stream.read(s);
                 for _ in 0..4 {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    hot.read((x % 128) as usize);
+                    hot.read((xorshift(&mut x) % 128) as usize);
                     asked += 1;
                 }
             }
@@ -308,10 +313,7 @@ fn a_scan_of_small_files_does_not_flush_a_slowly_used_hot_set() {
                     same(&b, &f.data[p * PAGE..(p + 1) * PAGE], "scanned page");
                 }
                 for _ in 0..2 {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    hot.read((x % 128) as usize);
+                    hot.read((xorshift(&mut x) % 128) as usize);
                     asked += 1;
                 }
             }
