@@ -8,7 +8,7 @@
 //! joins (that memory stays charged to the parent's cgroup), starts its threads, and then sets
 //! the limit to the budget plus what the cgroup already holds (its threads' stacks and buffers),
 //! so that the page cache gets the budget and no more. Misses are counted from the bytes the
-//! process (or, in the `scan` case, the hot thread) read from storage (`/proc/*/io`,
+//! process (or, in `scan` and `scan-files`, the hot thread) read from storage (`/proc/*/io`,
 //! `read_bytes`).
 
 use std::fs::File;
@@ -32,13 +32,14 @@ const MEMCG_ROOT: &str = "/sys/fs/cgroup/memory";
 /// What the child runs.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Spec {
-    /// `zipf`, `scan`, `loop`, `switch` or `readonce`.
+    /// `zipf`, `scan`, `scan-files`, `loop`, `switch` or `readonce`.
     pub case: String,
     /// The cgroup directory to join.
     pub cgroup: PathBuf,
     /// The page cache budget in bytes.
     pub budget: u64,
-    /// The files: the one read (zipf, loop), hot then stream (scan), one per reader (readonce).
+    /// The files: the one read (zipf, loop), the hot one then the stream's (scan, scan-files:
+    /// read one after another), one per reader (readonce).
     pub files: Vec<PathBuf>,
     /// Accesses before measuring, per thread (zipf), hot-set passes (scan), turns (switch).
     pub warm: usize,
@@ -48,6 +49,9 @@ pub struct Spec {
     pub threads: usize,
     /// Passes (loop) or turns (switch) read before measuring.
     pub skip: usize,
+    /// Microseconds the hot reader waits between its reads (scan-files).
+    #[serde(default)]
+    pub nap_us: u64,
 }
 
 /// What the child measured.
@@ -170,7 +174,7 @@ pub fn child_main(spec_json: &str) -> anyhow::Result<()> {
     let spec: Spec = serde_json::from_str(spec_json).context("parsing the child's spec")?;
     let outcome = match spec.case.as_str() {
         "zipf" => zipf(&spec)?,
-        "scan" => scan(&spec)?,
+        "scan" | "scan-files" => scan(&spec)?,
         "loop" => loop_case(&spec)?,
         "switch" => switch(&spec)?,
         "readonce" => readonce(&spec)?,
@@ -240,7 +244,11 @@ fn zipf(spec: &Spec) -> anyhow::Result<Outcome> {
 
 fn scan(spec: &Spec) -> anyhow::Result<Outcome> {
     let hot = open(&spec.files[0])?;
-    let stream = open(&spec.files[1])?;
+    let streams: Vec<File> = spec.files[1..]
+        .iter()
+        .map(|p| open(p))
+        .collect::<anyhow::Result<_>>()?;
+    let nap = std::time::Duration::from_micros(spec.nap_us);
     advise_random(&hot);
     let hot_pages = (hot.metadata()?.len() / PAGE as u64) as usize;
     let warm: Vec<u32> = (0..spec.warm)
@@ -269,6 +277,9 @@ fn scan(spec: &Spec) -> anyhow::Result<Outcome> {
                 }
                 read_page(&hot, u64::from(p), &mut buf)?;
                 n += 1;
+                if !nap.is_zero() {
+                    std::thread::sleep(nap);
+                }
             }
             Ok((n, read_bytes("thread-self")? - before))
         });
@@ -276,14 +287,16 @@ fn scan(spec: &Spec) -> anyhow::Result<Outcome> {
             let mut buf = vec![0u8; super::CHUNK];
             ready.wait();
             go.wait();
-            let mut off = 0u64;
-            let len = stream.metadata()?.len();
-            while off < len {
-                let n = stream.read_at(&mut buf, off)?;
-                if n == 0 {
-                    break;
+            for stream in &streams {
+                let mut off = 0u64;
+                let len = stream.metadata()?.len();
+                while off < len {
+                    let n = stream.read_at(&mut buf, off)?;
+                    if n == 0 {
+                        break;
+                    }
+                    off += n as u64;
                 }
-                off += n as u64;
             }
             done.store(true, Ordering::Relaxed);
             Ok(())
