@@ -94,17 +94,23 @@ pub fn quiet_config(capacity: usize) -> CacheConfig {
     cfg
 }
 
-/// Checks that a cache whose files are all gone holds nothing: the index counts at once; the
-/// free frames within a bounded wait, since a background thread (the flusher, a readahead job)
-/// may hold a reference to a folio for a moment after its file closed; then that the
-/// allocator agrees that no frame is handed out.
+/// Checks that a cache whose files are all gone holds nothing: the counts (cached and dirty
+/// frames, open files) and the free frames, each within a bounded wait — a background thread (a
+/// readahead job or an I/O completion holding the file's mapping, whose last reference closes
+/// it; background reclaim with folios isolated; the flusher) may hold a reference for a moment
+/// after the handle was dropped; then that the allocator agrees that no frame is handed out.
 #[track_caller]
 pub fn check_no_leak(cache: &PageCache, what: &str) {
-    let s = cache.stats();
-    assert_eq!(
-        (s.cached_frames, s.dirty_frames, s.files),
-        (0, 0, 0),
-        "{what}: nothing is cached once the files are gone"
+    // A count that never comes down is a leak.
+    let counts = || {
+        let s = cache.stats();
+        (s.cached_frames, s.dirty_frames, s.files)
+    };
+    wait_for(
+        &format!("{what}: nothing is cached once the files are gone"),
+        Duration::from_secs(5),
+        || counts() == (0, 0, 0),
+        || format!("(cached, dirty, files) = {:?}", counts()),
     );
     let start = Instant::now();
     loop {
