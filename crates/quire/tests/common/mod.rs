@@ -112,25 +112,20 @@ pub fn check_no_leak(cache: &PageCache, what: &str) {
         || counts() == (0, 0, 0),
         || format!("(cached, dirty, files) = {:?}", counts()),
     );
-    let start = Instant::now();
-    loop {
-        let s = cache.stats();
-        if s.free_frames == s.frames {
-            if start.elapsed() > Duration::from_millis(1) {
-                eprintln!("{what}: frames came back after {:?}", start.elapsed());
-            }
-            let b = cache.pool().stats();
-            assert_eq!(b.allocated, 0, "{what}: the allocator agrees");
-            return;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(5),
-            "{what}: frames leaked: {} of {} free",
-            s.free_frames,
-            s.frames
-        );
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    wait_for(
+        &format!("{what}: frames leaked"),
+        Duration::from_secs(5),
+        || {
+            let s = cache.stats();
+            s.free_frames == s.frames
+        },
+        || {
+            let s = cache.stats();
+            format!("{} of {} free", s.free_frames, s.frames)
+        },
+    );
+    let b = cache.pool().stats();
+    assert_eq!(b.allocated, 0, "{what}: the allocator agrees");
 }
 
 /// A fault-injecting in-memory store.
