@@ -156,7 +156,7 @@ fn git_init_commit_gc_fsck_and_clone_out_of_the_mount() {
     let Some(mut s) = Setup::new("git", "32M") else {
         return;
     };
-    let tree = Path::new(env!("CARGO_MANIFEST_DIR")).join("../quire/src");
+    let tree = Path::new(env!("CARGO_MANIFEST_DIR")).join("../quire-cache/src");
     let repo = s.mnt("repo");
     let g = "git -c user.email=t@example.com -c user.name=test -c init.defaultBranch=main";
     sh(&format!(

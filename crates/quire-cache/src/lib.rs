@@ -69,7 +69,7 @@
 //!
 //! # Examples
 //!
-//! In `crates/quire/examples/`, each runnable with no arguments
+//! In `crates/quire-cache/examples/`, each runnable with no arguments
 //! (`cargo run --release -p quire-cache --example NAME`):
 //!
 //! - `read_through`: a 64 MiB file read at random through an 8 MiB cache, with the hit ratio
