@@ -96,7 +96,7 @@ fn add_to_swap_racing_the_last_unmap(add_to_swap: fn(&quire::mem::Folio) -> u8) 
         let f = unsafe { &*(ptr as *const quire::mem::Folio) };
         let (last, in_swap_cache) = model::unmap(f);
         assert!(last);
-        // The rule of seed 003: test an anonymous folio only if it is in the swap cache;
+        // The dirty-state transfer on unmap: test an anonymous folio only if it is in the swap cache;
         // otherwise its content is dead and this unmap ends its life.
         t1.store(in_swap_cache, Ordering::Release);
         model::end_test(f);

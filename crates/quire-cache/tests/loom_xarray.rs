@@ -251,8 +251,8 @@ fn reader_races_a_split() {
 /// An iteration that starts inside an entry follows a sibling slot to the entry's canonical
 /// slot while a split to order 2 turns the entry into pieces that keep its word: the order read
 /// after the step may be a piece's that does not cover the start. The iterator must look again
-/// instead of reporting a piece that ends before its start (the CI failure of stop 17, found
-/// by `xarray_stress`).
+/// instead of reporting a piece that ends before its start (a real failure, first found by
+/// `xarray_stress`).
 fn iteration_from_inside_an_entry(xa: &SplitXa, g: &rcu::Guard, broken: bool) {
     let mut it = if broken {
         xa.broken_range_without_cover_check(13, 100, g)

@@ -1,7 +1,8 @@
-//! The review's scenario for the rule of seed 003, step by step (see `quire::mm`): a page
-//! swapped in and written in place keeps the write only in its frame's hardware dirty bit; a
-//! forked child mlocks it; reclaim unmaps the parent and fails on the child; the child exits;
-//! reclaim runs again; the parent must read its own bytes back through swap.
+//! The hard case for the dirty-state transfer on unmap that skips dead anonymous folios, step
+//! by step (see `quire::mm`): a page swapped in and written in place keeps the write only in
+//! its frame's hardware dirty bit; a forked child mlocks it; reclaim unmaps the parent and
+//! fails on the child; the child exits; reclaim runs again; the parent must read its own bytes
+//! back through swap.
 //!
 //! It passes with the rule (`SkipDeadAnon`) and with the "before" (`Always`), under both dirty
 //! bits, and the rule weakened to "anonymous" alone (`SkipAllAnon`) is shown to lose the write.

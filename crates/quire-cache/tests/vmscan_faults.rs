@@ -1,4 +1,4 @@
-//! Reclaim under faults (issue 9, "Bad input and faults"): the dirty hard limit when a file's
+//! Reclaim under faults: the dirty hard limit when a file's
 //! write-back fails for good, write-back errors of folios at the inactive tail, and a cache
 //! whose every frame is pinned or locked.
 

@@ -286,7 +286,7 @@ fn a_scan_does_not_flush_the_hot_set() {
 /// with readahead (the files' pages read in folios of up to 8 pages, as streams) and without.
 /// First reads wait on probation whatever the residents' marks say; a rule that let a new
 /// sequential working set in where the resident it would displace looked idle lost half the
-/// hot set here (docs/BENCHMARKS.md, "Issue 23, 2026-11-27 (last)").
+/// hot set here (the measured alternative is in docs/journal/).
 #[test]
 fn a_scan_of_small_files_does_not_flush_a_slowly_used_hot_set() {
     for readahead in [0, 8] {

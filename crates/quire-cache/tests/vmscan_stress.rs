@@ -1,4 +1,4 @@
-//! The LRU lists against a model under stress (issue 9, "Tests"): every cached folio on exactly
+//! The LRU lists against a model under stress: every cached folio on exactly
 //! one list, counts that add up, no lost byte and no leaked frame, while reclaim, background
 //! reclaim and the flusher run all the time in a cache much smaller than its files.
 //!

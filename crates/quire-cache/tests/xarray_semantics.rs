@@ -1,4 +1,4 @@
-//! One test per semantic listed in issue 3 (the XArray), on small hand-built arrays.
+//! One test per semantic of the XArray (as `lib/xarray.c` defines them), on small hand-built arrays.
 
 use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -6,7 +6,7 @@
 //! its lock, say), its own load replaces an earlier load by another thread as the object's last
 //! access, the store's race with that earlier load goes unnoticed, and the model can finish
 //! after one execution with nothing checked (tokio-rs/loom#392 and #166). quire's XArray
-//! models did exactly that until stop 17. The cure is in how a model is written — the thread
+//! models once did exactly that. The cure is in how a model is written — the thread
 //! that only reads is the spawned one, so that in loom's first execution it runs after the
 //! writes, and each of its loads races the last store it read — and this check keeps a model
 //! from silently degrading again.

@@ -1,4 +1,4 @@
-//! Suite `inflight` (issue 24, "Misses in flight"): what one thread gets from storage through
+//! Suite `inflight` (misses in flight): what one thread gets from storage through
 //! quire with one miss in flight, against the kernel's page cache and the device itself with
 //! 1, 8 and 32 reads in flight.
 //!
