@@ -32,7 +32,8 @@
 //! already `DIRTY` (the write fault marked it), so write-back finds it; before it writes, it
 //! write-protects every pte and tests the bit (`folio_mkclean`), so the next write faults and
 //! dirties the folio again. When the last pte goes (munmap, exit, truncation, reclaim) the bit
-//! is tested and, if set, the folio made dirty (the rule of seed 003 always tests file folios).
+//! is tested and, if set, the folio made dirty (file folios are always tested: their content
+//! lives on after the unmap).
 //!
 //! # The bytes are shared memory
 //!

@@ -1,7 +1,7 @@
 //! The reverse map of anonymous memory (the kernel's `mm/rmap.c`): from a folio to every
 //! (space, virtual page) that maps it, and what is done through it — unmapping for reclaim
 //! (`try_to_unmap`), gathering the young bits (`folio_referenced`), and the dirty-bit transfer
-//! when a folio's last mapping goes (`page_remove_rmap`, the rule of seed 003).
+//! when a folio's last mapping goes (`page_remove_rmap`), skipped where the content is dead.
 //!
 //! A family ([`AnonVma`], the kernel's `anon_vma`) is the set of spaces forked, directly or not,
 //! from one space. An anonymous folio's `mapping` is its family's id and its `index` its
@@ -257,7 +257,7 @@ impl AnonInner {
     }
 
     /// The present pte `e`, which mapped `f`, is gone (the caller cleared it under its space's
-    /// page-table lock): its mlock unit, its mapping (the rule of seed 003, see
+    /// page-table lock): its mlock unit, its mapping (the dirty-bit transfer, see
     /// [`AnonInner::remove_rmap`]) and its counted reference go with it (`zap_present_pte`).
     pub(crate) fn pte_gone(&self, f: &Folio, e: u64, reclaim: bool) {
         if e & MLOCK != 0 {

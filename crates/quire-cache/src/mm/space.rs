@@ -894,8 +894,8 @@ impl Space {
     }
 }
 
-/// Unmaps every entry of `table` (the caller holds its lock, or owns it): the rule of seed 003
-/// for each present page's folio, and a swap count put for each swap entry.
+/// Unmaps every entry of `table` (the caller holds its lock, or owns it): the dirty-bit
+/// transfer on unmap for each present page's folio, and a swap count put for each swap entry.
 fn zap_table(mm: &AnonInner, table: &mut [u64]) {
     let pool = mm.cache.pool();
     for e in table.iter_mut() {

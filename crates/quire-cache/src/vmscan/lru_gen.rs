@@ -84,10 +84,9 @@
 //! again); the rest, and such a folio still unused on its next turn (a reader slower than that,
 //! or gone), are evicted, marked in their shadows as evicted from probation — except one still
 //! being read (locked), which reclaim cannot evict and puts back into the generations, past the
-//! admission test: a path the loop's share measurably depends on (docs/BENCHMARKS.md,
-//! 2026-11-27 (later): leaving such folios on probation took the order-0 loop from 0.791 to
-//! 0.744). With the
-//! generations empty, reclaim takes from probation whatever its size.
+//! admission test: a path the loop's share measurably depends on (leaving such folios on
+//! probation took the order-0 loop from 0.791 to 0.744; docs/journal/). With the generations
+//! empty, reclaim takes from probation whatever its size.
 //!
 //! *The claim*: reclaim also keeps a subset of what the hand keeps — a folio at the oldest tail
 //! that has a reuse on record (`n` ≥ 1) and was used since the hand or reclaim last looked
@@ -306,7 +305,7 @@ impl Feedback {
     /// generations kept the size they had when the cache first filled and its share stopped
     /// at 0.744 with order-0 folios (0.791 from the floor); without the 1/16 cap, a 16 MiB
     /// cache of 2 MiB folios gave probation a quarter of itself and its loop fell from 0.30 to
-    /// 0.08, its zipf by 0.011 (docs/BENCHMARKS.md, 2026-11-27).
+    /// 0.08, its zipf by 0.011 (the measurements are in docs/journal/).
     pub(crate) fn new(frames: usize, largest_folio: usize) -> Feedback {
         let frames = frames as u64;
         let hi = (frames / 2).max(1);
