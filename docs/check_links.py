@@ -6,6 +6,7 @@ written in them (`docs/…`, `crates/…`, `tools/…`, `.ci/…`). A path under
 names for them. Paths in the journal to source files that have since moved are history: they are
 listed as warnings with --all, not errors. Exits 1 if anything is missing.
 Usage: python3 docs/check_links.py [--all]"""
+import fnmatch
 import glob
 import os
 import re
@@ -25,9 +26,12 @@ def experiments_commit():
 
 
 def in_commit(commit, path):
-    return commit and subprocess.run(
-        ["git", "-C", ROOT, "cat-file", "-e", f"{commit}:{path.rstrip('/')}"],
-        capture_output=True).returncode == 0
+    if not commit:
+        return False
+    names = subprocess.run(["git", "-C", ROOT, "ls-tree", "-r", "-t", "--name-only", commit, EXPERIMENTS],
+                           capture_output=True, text=True).stdout.split("\n")
+    pattern = re.sub(r"(?<=[a-z0-9/-])[A-Z]+(?=[-./]|$)", "*", path.rstrip("/"))
+    return any(fnmatch.fnmatchcase(n, pattern) for n in names)
 
 
 def exists(path):
