@@ -48,7 +48,7 @@ def exists(path):
 def main():
     show_all = "--all" in sys.argv
     files = ["README.md", "CHANGELOG.md"] + sorted(glob.glob("crates/*/README.md", root_dir=ROOT))
-    files += sorted(glob.glob("docs/*.md", root_dir=ROOT)) + sorted(glob.glob("docs/journal/*.md", root_dir=ROOT))
+    files += sorted(glob.glob("docs/*.md", root_dir=ROOT)) + sorted(glob.glob("docs/bench/*.md", root_dir=ROOT)) + sorted(glob.glob("docs/journal/*.md", root_dir=ROOT))
     commit = experiments_commit()
     errors = warnings = 0
     for f in files:
