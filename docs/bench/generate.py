@@ -282,14 +282,21 @@ def section(suite, reports, about):
 
 
 def plot(quire, reports):
+    """Draws each report's charts of the suites it is shown under, into current/plots/NAME/."""
     for e in reports:
+        suites = [s for s in e["suites"] if any(o is e for o in shown(reports, s))]
         folder = os.path.join(CURRENT, "plots", e["name"])
-        os.makedirs(folder, exist_ok=True)
-        for old in glob.glob(os.path.join(folder, "*.svg")):
+        for old in glob.glob(os.path.join(folder, "*")):
             os.remove(old)
-        subprocess.run([quire, "plot", e["path"], folder] + e["suites"], check=True)
-        with open(os.path.join(folder, "SOURCE"), "w") as f:
-            f.write(sha256(e["path"]) + "\n")
+        if not suites:
+            continue
+        os.makedirs(folder, exist_ok=True)
+        subprocess.run([quire, "plot", e["path"], folder] + suites, check=True)
+        if glob.glob(os.path.join(folder, "*.svg")):
+            with open(os.path.join(folder, "SOURCE"), "w") as f:
+                f.write(sha256(e["path"]) + "\n")
+        else:
+            os.rmdir(folder)
 
 
 def main():
