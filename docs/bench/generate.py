@@ -7,7 +7,7 @@ in docs/bench/current/ and the prose in docs/bench/suites.md. No figure in it is
   suite, from a machine with the same number of CPUs and the same set-up (`--trace`, `--budget`),
   measured every (case, variant) it measured: a new full run of a suite replaces the old one
   just by being put there. Beside a report, an optional NAME.txt says how it was made, as
-  `command: …` (the command as it was run; without it, the command is rebuilt from the report:
+  `command: …` (the command that reproduces it; without it, the command is rebuilt from the report:
   its suites, `--quick`, `--runs`, `--variants`) and `note: …` lines.
 - docs/bench/suites.md: what each suite measures, under `## SUITE` (hand-written prose).
 - docs/bench/current/plots/NAME/: the charts `quire plot` drew from NAME.json, and `SOURCE`, the
