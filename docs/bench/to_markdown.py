@@ -69,19 +69,12 @@ def host_line(report):
     return line + "."
 
 
-def main():
-    report = json.load(open(sys.argv[1]))
-    results = report["results"]
-    if "pairs" not in report:
-        print(f"{sys.argv[1]}: no `pairs` in this report: tables without before/after columns",
-              file=sys.stderr)
+def tables(report, suites=None, level=4):
+    """The markdown tables of a report, one per (suite, case), for every suite or those named;
+    the case headings at `level`."""
+    results = [r for r in report["results"] if suites is None or r["suite"] in suites]
     pairs = {(p["suite"], p["case"]): (p["before"], p["after"]) for p in report.get("pairs", [])}
-    print(host_line(report) + "\n")
-    if any("better" in r for r in results):
-        legend = "↑ higher is better, ↓ lower is better"
-        if report.get("runs", 1) > 1:
-            legend += "; ~ marks a ratio whose before and after ranges overlap"
-        print(legend + ".\n")
+    out = []
     cases = []
     for r in results:
         key = (r["suite"], r["case"])
@@ -102,14 +95,14 @@ def main():
             k = (r["threads"], r["metric"], r["unit"])
             if k not in rows:
                 rows.append(k)
-        print(f"#### {suite} / {case}\n")
+        out.append(f"{'#' * level} {suite} / {case}\n")
         head = ["threads", "metric"] + [
             v + (" (before)" if v == before else " (after)" if v == after else "") for v in variants
         ]
         if before and after:
             head.append("after / before")
-        print("| " + " | ".join(head) + " |")
-        print("|" + "---|" * len(head))
+        out.append("| " + " | ".join(head) + " |")
+        out.append("|" + "---|" * len(head))
         for threads, metric, unit in rows:
             found = {}
             for r in rs:
@@ -126,8 +119,31 @@ def main():
                     cells.append(f"{mark}{ratio:.2f}×{verdict(better, b['value'], a['value'])}")
                 else:
                     cells.append("-")
-            print("| " + " | ".join(cells) + " |")
-        print()
+            out.append("| " + " | ".join(cells) + " |")
+        out.append("")
+    return "\n".join(out) + "\n" if out else ""
 
 
-main()
+def legend(report):
+    """The line that explains the arrows (and `~`), where the report has them."""
+    if not any("better" in r for r in report["results"]):
+        return ""
+    line = "↑ higher is better, ↓ lower is better"
+    if report.get("runs", 1) > 1:
+        line += "; ~ marks a ratio whose before and after ranges overlap"
+    return line + "."
+
+
+def main():
+    report = json.load(open(sys.argv[1]))
+    if "pairs" not in report:
+        print(f"{sys.argv[1]}: no `pairs` in this report: tables without before/after columns",
+              file=sys.stderr)
+    print(host_line(report) + "\n")
+    if legend(report):
+        print(legend(report) + "\n")
+    print(tables(report), end="")
+
+
+if __name__ == "__main__":
+    main()
