@@ -110,6 +110,7 @@
 //! to measure both; those switches are left out of this documentation.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
+#![warn(unreachable_pub)]
 
 pub mod bio;
 pub mod dcache;

@@ -694,6 +694,8 @@ pub fn wait_clear_async(word: &AtomicU64, bit: u64) -> WaitClearFuture<'_> {
 /// (`tests/loom_bitwait_async.rs`) to catch; each is off unless a model turns it on. Never
 /// broken outside loom.
 #[doc(hidden)]
+// Reachable only under loom (`bitwait::async_broken`).
+#[cfg_attr(not(loom), allow(unreachable_pub))]
 pub mod broken {
     /// Queueing does not set `WAITERS`: an unlock does not look for the entry.
     pub const QUEUE_WITHOUT_WAITERS: usize = 1;
