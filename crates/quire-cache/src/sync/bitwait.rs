@@ -54,8 +54,9 @@
 //! # The "before" policies
 //!
 //! [`WaitPolicy`] restores, for the benchmarks, what the kernel did before each mechanism
-//! (rule 7 of docs/RULES.md): [`WaitPolicy::AlwaysLookup`] has no waiters bit, so every clear looks the
-//! word up in the table; [`WaitPolicy::UnfilteredWakeAll`] parks every sleeper on one of 256
+//! (rule 7 of docs/RULES.md; its "before" variants come with the feature `bench-internals`):
+//! `WaitPolicy::AlwaysLookup` has no waiters bit, so every clear looks the
+//! word up in the table; `WaitPolicy::UnfilteredWakeAll` parks every sleeper on one of 256
 //! shared queues and wakes the whole queue on every clear, so sleepers wake for other words and
 //! other bits, re-test and sleep again. The free functions of this module are the exact policy;
 //! the policy methods compile to the same code when the policy is a constant.
@@ -118,16 +119,20 @@ const WOKEN_HANDOFF: usize = 1;
 const WOKEN_CANCEL: usize = 2;
 
 /// Which implementation of the waits to use (rule 7 of docs/RULES.md). `Exact` is the default and what
-/// the free functions of this module do.
+/// the free functions of this module do; the "before" variants come with the feature
+/// `bench-internals`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Hash)]
+#[non_exhaustive]
 pub enum WaitPolicy {
     /// The waiters bit, exact keyed wake-ups, wake-one for lockers, hand-off.
     #[default]
     Exact,
     /// As `Exact` but without the waiters bit: every clear looks the word up in the table.
+    #[cfg(feature = "bench-internals")]
     AlwaysLookup,
     /// No waiters bit filtering by word or bit: 256 shared queues, every clear wakes all of one
     /// queue, and woken threads re-test and sleep again. No hand-off.
+    #[cfg(feature = "bench-internals")]
     UnfilteredWakeAll,
 }
 
@@ -280,26 +285,39 @@ impl Drop for Registered<'_> {
     }
 }
 
-/// The shared queues of [`WaitPolicy::UnfilteredWakeAll`]: 256 distinct addresses to park on.
+/// The shared queues of `WaitPolicy::UnfilteredWakeAll`: 256 distinct addresses to park on.
+#[cfg(feature = "bench-internals")]
 static SHARED_QUEUES: [u8; 256] = [0; 256];
 
 impl WaitPolicy {
     #[inline(always)]
     pub(super) fn uses_waiters_bit(self) -> bool {
-        !matches!(self, WaitPolicy::AlwaysLookup)
+        #[cfg(feature = "bench-internals")]
+        return !matches!(self, WaitPolicy::AlwaysLookup);
+        #[cfg(not(feature = "bench-internals"))]
+        true
+    }
+
+    /// Whether every clear wakes every waiter of a shared queue (`UnfilteredWakeAll`), with no
+    /// hand-off.
+    #[inline(always)]
+    pub(super) fn wakes_all(self) -> bool {
+        #[cfg(feature = "bench-internals")]
+        return self == WaitPolicy::UnfilteredWakeAll;
+        #[cfg(not(feature = "bench-internals"))]
+        false
     }
 
     /// The wait-table key a sleeper on `word` parks on.
     #[inline]
     pub(super) fn key(self, word: &AtomicU64) -> usize {
         let addr = word as *const AtomicU64 as usize;
-        match self {
-            WaitPolicy::UnfilteredWakeAll => {
-                let h = (addr >> 3).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56;
-                &SHARED_QUEUES[h] as *const u8 as usize
-            }
-            _ => addr,
+        #[cfg(feature = "bench-internals")]
+        if self == WaitPolicy::UnfilteredWakeAll {
+            let h = (addr >> 3).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56;
+            return &SHARED_QUEUES[h] as *const u8 as usize;
         }
+        addr
     }
 
     /// Takes the lock bit if it is free. Acquire ordering on success.
@@ -362,7 +380,7 @@ impl WaitPolicy {
 
     /// Clears `bit` with one release read-modify-write, then wakes its waiters — touching the
     /// wait table only if the word says somebody may be waiting (or always, under
-    /// [`WaitPolicy::AlwaysLookup`]).
+    /// `WaitPolicy::AlwaysLookup`).
     #[inline(always)]
     #[doc(alias = "clear_bit_unlock_is_negative_byte")]
     pub fn clear_and_wake(self, word: &AtomicU64, bit: u64) {
@@ -382,7 +400,7 @@ impl WaitPolicy {
         let uses_bit = self.uses_waiters_bit();
         // The futures of the key: woken by the same rules, under the same lock, in the callback.
         let futures = asynch::Wake::new(key, word, bit);
-        if self == WaitPolicy::UnfilteredWakeAll {
+        if self.wakes_all() {
             parking::unpark_filter(
                 key,
                 |_| FilterOp::Unpark,
@@ -569,9 +587,9 @@ fn wait_slow(
         if let Some(c) = cancel {
             c.check()?;
         }
-        waiter.handoff.set(
-            exclusive && policy != WaitPolicy::UnfilteredWakeAll && lost_races >= lock_unfairness(),
-        );
+        waiter
+            .handoff
+            .set(exclusive && !policy.wakes_all() && lost_races >= lock_unfairness());
         count(Event::WaitTableLookups);
         let result = parking::park(
             key,

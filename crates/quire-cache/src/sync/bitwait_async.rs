@@ -40,8 +40,8 @@
 //! exclusive entry. As for threads, a waker that finds the bit set again stops (whoever set it
 //! will clear it and wake), and an exclusive waiter that asks for hand-off is woken as the owner:
 //! the waker takes [`LOCKED`] for it. The callback clears `WAITERS` exactly when no thread and no
-//! entry is left on the key. [`WaitPolicy::UnfilteredWakeAll`] wakes every entry of its shared
-//! queue, as it wakes every thread; [`WaitPolicy::AlwaysLookup`] has no waiters bit.
+//! entry is left on the key. `WaitPolicy::UnfilteredWakeAll` wakes every entry of its shared
+//! queue, as it wakes every thread; `WaitPolicy::AlwaysLookup` has no waiters bit.
 //!
 //! Woken entries are taken out of the table and marked under the lock; their wakers are called
 //! after the lock drops (a waker may run any code). A woken future re-tests its bit when it is
@@ -347,7 +347,7 @@ impl<'a> Wake<'a> {
         left
     }
 
-    /// For the callback of [`WaitPolicy::UnfilteredWakeAll`]: wakes every entry of the (shared)
+    /// For the callback of `WaitPolicy::UnfilteredWakeAll`: wakes every entry of the (shared)
     /// key, to re-test and queue again. Returns whether any is left (never).
     pub(super) fn wake_all(&self) -> bool {
         let s = shard(self.key);
@@ -467,9 +467,8 @@ impl<'a> Wait<'a> {
                     self.lost_races += 1;
                 }
             }
-            let handoff = self.exclusive
-                && self.policy != WaitPolicy::UnfilteredWakeAll
-                && self.lost_races >= lock_unfairness();
+            let handoff =
+                self.exclusive && !self.policy.wakes_all() && self.lost_races >= lock_unfairness();
             if self.queue(handoff, cx.waker()) {
                 self.queued = true;
                 return Poll::Pending;
@@ -576,7 +575,7 @@ impl<'a> Wait<'a> {
             }
             WOKEN
                 if self.exclusive
-                    && self.policy != WaitPolicy::UnfilteredWakeAll
+                    && !self.policy.wakes_all()
                     && !broken::is(broken::DROP_SWALLOWS_WAKE) =>
             {
                 // We were the one locker this clear woke: wake the next in our place.
