@@ -107,9 +107,12 @@
 //! | [`stats`] | `/proc/vmstat` | event counters |
 //!
 //! Each mechanism keeps a runtime switch back to the behaviour it replaced, for `quire bench`
-//! to measure both; those switches are left out of this documentation.
+//! to measure both. Those switches, and the consistency checks that stop the world, come with
+//! the feature `bench-internals` (which `quire bench` and the crate's own tests turn on); they
+//! are not part of the stable API.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
+#![warn(unreachable_pub)]
 
 pub mod bio;
 pub mod dcache;

@@ -9,9 +9,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use quire::bio::ReadRequest;
 use quire::filemap::{block_on, PageCache};
-use quire::store::{MemStore, Store};
+use quire::store::{MemStore, ReadRequest, Store};
 
 use common::{check_no_leak, pattern, quiet_config, Watchdog, PAGE};
 

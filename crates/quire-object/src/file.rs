@@ -28,8 +28,7 @@ use object_store::path::Path;
 use object_store::ObjectStoreExt as _;
 use object_store::{GetOptions, GetRange, PutMode, PutOptions, PutPayload, UpdateVersion};
 use parking_lot::Mutex;
-use quire::bio::ReadRequest;
-use quire::store::{Op, Store, StoreError};
+use quire::store::{Op, ReadRequest, Store, StoreError};
 
 use crate::backing::{errno_error, store_error, BackingInner};
 use crate::counters::Request;

@@ -55,7 +55,12 @@ pub use local::{ThreadRing, Unparker};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use crate::store::{Op, Store, StoreError};
+use crate::store::{Op, ReadEnd, Store, StoreError};
+
+/// The read a store that completes reads itself is handed: now [`crate::store::ReadRequest`],
+/// beside the [`Store`] trait whose [`Store::submit_reads`] takes it.
+#[deprecated(note = "use `quire::store::ReadRequest`, beside the `Store` trait that takes it")]
+pub type ReadRequest = crate::store::ReadRequest;
 
 /// Which engine a cache asks for.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -465,84 +470,20 @@ impl Counters {
     }
 }
 
-/// A read handed to a store that completes reads itself ([`Store::completes_reads`]): a stretch of frame memory to fill from the store at
-/// [`offset`](Self::offset), owned by the store until it calls [`complete`](Self::complete).
-///
-/// The store may finish it on any thread, in any order, later than the call that took it (an
-/// async runtime's task waiting on the network). Dropping it uncompleted ends it with an
-/// error (`ECANCELED`): the folio it fills is unlocked, not up to date, and a reader that waits
-/// on it sees the error — nothing stays locked.
-pub struct ReadRequest {
-    bio: Option<Bio>,
+/// The engine's end of a read it handed to a store as a [`crate::store::ReadRequest`]: the request's own end,
+/// after the engine's count of requests in flight.
+struct StoreReadEnd {
+    end: Box<dyn BioEnd>,
     counters: Arc<Counters>,
 }
 
-impl ReadRequest {
-    /// The store offset the bytes come from.
-    pub fn offset(&self) -> u64 {
-        self.bio.as_ref().map_or(0, |b| b.offset)
-    }
-
-    /// The bytes asked for.
-    pub fn len(&self) -> usize {
-        self.bio.as_ref().map_or(0, |b| b.len)
-    }
-
-    /// Whether it asks for no bytes.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// The frame memory to fill.
-    pub fn buf(&mut self) -> &mut [u8] {
-        match self.bio.as_mut() {
-            // SAFETY: a read's buffer is frame memory of a locked folio that is not up to date
-            // (see `Bio`): no reader looks at it and no other request targets it until this
-            // request ends, which takes `self`; `&mut self` makes the borrow exclusive here.
-            Some(b) => unsafe { std::slice::from_raw_parts_mut(b.buf, b.len) },
-            None => &mut [],
+impl ReadEnd for StoreReadEnd {
+    fn end_read(self: Box<Self>, result: Result<usize, StoreError>) {
+        self.counters.ended(result.is_err());
+        match result {
+            Ok(n) => self.end.end_io(n, Ok(())),
+            Err(e) => self.end.end_io(0, Err(e)),
         }
-    }
-
-    /// Ends the request: `Ok(n)` when the first `n` bytes of [`buf`](Self::buf) hold the
-    /// store's data (fewer than [`len`](Self::len) only where the store's data ends), or the
-    /// error that stopped it.
-    pub fn complete(mut self, result: Result<usize, StoreError>) {
-        if let Some(bio) = self.bio.take() {
-            let len = bio.len;
-            self.counters.ended(result.is_err());
-            match result {
-                Ok(n) => bio.end.end_io(n.min(len), Ok(())),
-                Err(e) => bio.end.end_io(0, Err(e)),
-            }
-        }
-    }
-}
-
-impl Drop for ReadRequest {
-    fn drop(&mut self) {
-        if let Some(bio) = self.bio.take() {
-            let offset = bio.offset;
-            self.counters.ended(true);
-            bio.end.end_io(
-                0,
-                Err(StoreError::Io {
-                    op: Op::Read,
-                    offset,
-                    kind: std::io::ErrorKind::Interrupted,
-                    errno: Some(libc::ECANCELED),
-                }),
-            );
-        }
-    }
-}
-
-impl std::fmt::Debug for ReadRequest {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ReadRequest")
-            .field("offset", &self.offset())
-            .field("len", &self.len())
-            .finish()
     }
 }
 
@@ -654,7 +595,7 @@ impl Engine {
     }
 
     /// Hands a batch of reads for `store`, which completes reads itself
-    /// ([`Store::completes_reads`]), to the store as [`ReadRequest`]s, counted as the engine's
+    /// ([`Store::completes_reads`]), to the store as [`crate::store::ReadRequest`]s, counted as the engine's
     /// own requests.
     pub(crate) fn submit_to_store(&self, store: &dyn Store, bios: Vec<Bio>) {
         if bios.is_empty() {
@@ -667,9 +608,14 @@ impl Engine {
         self.counters.batches.fetch_add(1, Ordering::Relaxed);
         let reqs = bios
             .into_iter()
-            .map(|bio| ReadRequest {
-                bio: Some(bio),
-                counters: self.counters.clone(),
+            .map(|bio| {
+                let end = Box::new(StoreReadEnd {
+                    end: bio.end,
+                    counters: self.counters.clone(),
+                });
+                // SAFETY: a read's buffer is frame memory of a locked folio that is not up to
+                // date, kept by its end for the request (see `Bio`).
+                unsafe { crate::store::ReadRequest::new(bio.offset, bio.buf, bio.len, end) }
             })
             .collect();
         store.submit_reads(reqs);

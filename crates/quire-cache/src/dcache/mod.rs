@@ -42,8 +42,9 @@
 //! iteratively up the tree. `dget_parent` reads the parent under the guard, takes
 //! `get_not_zero` on it and checks the child's sequence count unchanged (a rename bumps it);
 //! otherwise it takes the parent's lock and re-checks that it is still the parent. Each entry's
-//! `LockRef` uses the [`RefPolicy`] of the configuration: `Cmpxchg` (lockref, the default) or
-//! `Spinlock` (every count change under the entry's lock, the dcache before lockref).
+//! `LockRef` uses the [`RefPolicy`] of the configuration: `Cmpxchg` (lockref, the default) or,
+//! with the feature `bench-internals`, `Spinlock` (every count change under the entry's lock,
+//! the dcache before lockref).
 //!
 //! # Paths and renames
 //!
@@ -98,7 +99,10 @@ mod namei;
 mod path;
 #[cfg(loom)]
 pub mod tree;
+// The crate's own except under loom, where tests/loom_dcache.rs models it: its items are
+// written `pub` for the model.
 #[cfg(not(loom))]
+#[allow(unreachable_pub)]
 mod tree;
 
 use std::collections::VecDeque;
@@ -136,9 +140,9 @@ const DIR_LOCKS: usize = 64;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DcacheConfig {
     /// The policy of every entry's reference count: [`RefPolicy::Cmpxchg`] (lockref, the
-    /// default) or [`RefPolicy::Spinlock`] (the count behind the entry's lock, as before lockref:
+    /// default) or `RefPolicy::Spinlock` (the count behind the entry's lock, as before lockref:
     /// a "before" policy for `quire bench`).
-    #[doc(hidden)]
+    #[cfg(feature = "bench-internals")]
     pub ref_policy: RefPolicy,
     /// How many unused entries (negative ones included) are kept, at most about; past that the
     /// LRU evicts the coldest. Zero keeps none: every entry dies with its last reference.
@@ -160,6 +164,7 @@ pub struct DcacheConfig {
 impl Default for DcacheConfig {
     fn default() -> Self {
         DcacheConfig {
+            #[cfg(feature = "bench-internals")]
             ref_policy: RefPolicy::Cmpxchg,
             max_unused: 1 << 16,
             hash_buckets: 1 << 16,
@@ -253,8 +258,12 @@ impl Dcache {
         .map_err(|e| DcacheError::from_errno(e, &root_dir))?;
         let st = rustix::fs::statx(&root_fd, "", AtFlags::EMPTY_PATH, STATX_MASK)
             .map_err(|e| DcacheError::from_errno(e, &root_dir))?;
+        #[cfg(feature = "bench-internals")]
+        let policy = config.ref_policy;
+        #[cfg(not(feature = "bench-internals"))]
+        let policy = RefPolicy::default();
         let core = Core::new(
-            config.ref_policy,
+            policy,
             config.max_unused,
             config.hash_buckets,
             identity_of(&st),

@@ -20,7 +20,10 @@
 //! assert_eq!(folio.bytes().unwrap()[0], 7);
 //! ```
 
+// Public under loom, where the models of tests/loom_borrow.rs and tests/loom_seq.rs drive it;
+// the crate's own otherwise, its items still written `pub` for the models.
 #[cfg(not(loom))]
+#[allow(unreachable_pub)]
 pub(crate) mod borrow;
 #[cfg(loom)]
 #[doc(hidden)]

@@ -38,8 +38,8 @@
 //! written in place has its only record of the write in the hardware bit; if a space forked
 //! from the writer mlocked it, reclaim unmaps the writer (leaving a swap entry) and fails on the
 //! locker; when the locker exits its last unmap must transfer the bit, or reclaim frees a folio
-//! it thinks clean and the writer reads stale bytes from swap (`tests/mm_review.rs`).
-//! [`DirtyTest::Always`] tests on every last unmap (the "before", rule 7 of docs/RULES.md). Reclaim's own unmap
+//! it thinks clean and the writer reads stale bytes from swap (the unit tests in `mm/tests.rs`).
+//! `DirtyTest::Always` (feature `bench-internals`) tests on every last unmap (the "before", rule 7 of docs/RULES.md). Reclaim's own unmap
 //! always tests. Tests are counted as `dirty_tests`, transfers as `dirty_transfers`.
 //!
 //! # Lock order
@@ -67,6 +67,8 @@ mod rmap;
 mod space;
 pub(crate) mod swap_state;
 pub(crate) mod swapfile;
+#[cfg(all(test, not(loom)))]
+mod tests;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -89,21 +91,22 @@ use rmap::AnonVma;
 use swap_state::SwapCache;
 use swapfile::SwapDevice;
 
-/// When the last mapping of a folio goes, whether its hardware dirty bit is tested (rule 7 of docs/RULES.md:
-/// [`DirtyTest::Always`] is the "before").
+/// When the last mapping of a folio goes, whether its hardware dirty bit is tested (rule 7 of
+/// docs/RULES.md: `Always`, with the feature `bench-internals`, is the "before").
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[allow(clippy::manual_non_exhaustive)] // the hidden variant is used, by the review's test
+#[non_exhaustive]
 pub enum DirtyTest {
     /// Test file folios and anonymous folios in the swap cache; skip anonymous folios outside
     /// it, whose content is dead (the seed patch, with its review's condition).
     #[default]
     SkipDeadAnon,
-    /// Test every folio (the kernel before the seed patch).
+    /// Test every folio (the kernel before the patch): the "before" policy for `quire bench`.
+    #[cfg(feature = "bench-internals")]
     Always,
-    /// Skip every anonymous folio, in the swap cache or not: the seed patch *without* the
-    /// condition its review asked for. Loses writes (see the module documentation); it exists
-    /// so that the test of the review's scenario can show it does.
-    #[doc(hidden)]
+    /// Skip every anonymous folio, in the swap cache or not: the patch *without* the condition
+    /// its review asked for. Loses writes (see the module documentation), so it exists only in
+    /// the crate's unit tests, which show that it does.
+    #[cfg(test)]
     SkipAllAnon,
 }
 
@@ -114,7 +117,7 @@ pub struct AnonConfig {
     pub swap: Option<(Box<dyn Store>, u64)>,
     /// Which folios' dirty bits are tested on their last unmap (a "before" policy for
     /// `quire bench`: the default is the mechanism).
-    #[doc(hidden)]
+    #[cfg(feature = "bench-internals")]
     pub dirty_test: DirtyTest,
     /// The dirty bit asked for: the hardware one where the kernel grants it (the default), or
     /// the software one.
@@ -126,9 +129,19 @@ impl AnonConfig {
     pub fn new() -> AnonConfig {
         AnonConfig {
             swap: None,
+            #[cfg(feature = "bench-internals")]
             dirty_test: DirtyTest::default(),
             dirty_bit: DirtyBitMode::Auto,
         }
+    }
+
+    /// The rule for the dirty test: the default's unless the feature `bench-internals` chose
+    /// another.
+    fn dirty_test(&self) -> DirtyTest {
+        #[cfg(feature = "bench-internals")]
+        return self.dirty_test;
+        #[cfg(not(feature = "bench-internals"))]
+        DirtyTest::default()
     }
 
     /// Swap on `store`, `slots` pages of it.
@@ -148,7 +161,7 @@ impl std::fmt::Debug for AnonConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AnonConfig")
             .field("swap_slots", &self.swap.as_ref().map(|(_, n)| *n))
-            .field("dirty_test", &self.dirty_test)
+            .field("dirty_test", &self.dirty_test())
             .field("dirty_bit", &self.dirty_bit)
             .finish()
     }
@@ -337,6 +350,7 @@ impl AnonMemory {
     /// maps the cache's frames.
     pub fn new(cache: &PageCache, config: AnonConfig) -> Result<AnonMemory, MmError> {
         let shared = cache.shared().clone();
+        let dirty_test = config.dirty_test();
         let swap = match config.swap {
             None => None,
             Some((store, slots)) => {
@@ -357,7 +371,7 @@ impl AnonMemory {
         let dirty = DirtyBits::new(pool.base(), pool.nr_frames(), config.dirty_bit);
         let inner = Arc::new(AnonInner {
             cache: shared.clone(),
-            dirty_test: config.dirty_test,
+            dirty_test,
             dirty,
             swap,
             swap_cache: SwapCache::new(),

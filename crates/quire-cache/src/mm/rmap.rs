@@ -237,8 +237,10 @@ impl AnonInner {
         let in_swap_cache = old & crate::mem::folio::SWAPCACHE != 0;
         let test = reclaim
             || match self.dirty_test {
+                #[cfg(feature = "bench-internals")]
                 DirtyTest::Always => true,
                 DirtyTest::SkipDeadAnon => !anon || in_swap_cache,
+                #[cfg(test)]
                 DirtyTest::SkipAllAnon => !anon,
             };
         if test && self.test_dirty(f) {

@@ -34,10 +34,13 @@ use std::sync::Arc;
 pub mod faulty;
 pub mod file;
 pub mod mem;
+mod read;
 
 pub use faulty::{Fault, FaultId, FaultKind, FaultyStore};
 pub use file::{FileStore, IoMode, OpenOptions, DIRECT_ALIGN};
 pub use mem::MemStore;
+pub(crate) use read::ReadEnd;
+pub use read::ReadRequest;
 
 /// The largest offset a store accepts (the kernel's `loff_t` limit).
 pub const MAX_OFFSET: u64 = i64::MAX as u64;
@@ -290,11 +293,11 @@ pub trait Store: Send + Sync {
         false
     }
 
-    /// Takes reads to complete later ([`crate::bio::ReadRequest::complete`]), on any thread;
+    /// Takes reads to complete later ([`ReadRequest::complete`]), on any thread;
     /// called only where [`Store::completes_reads`] says so, with a batch's requests for this
     /// store in offset order as submitted (a readahead window: usually adjacent). It must not
     /// block on their I/O. The default completes each at once with [`Store::read_full_at`].
-    fn submit_reads(&self, reqs: Vec<crate::bio::ReadRequest>) {
+    fn submit_reads(&self, reqs: Vec<ReadRequest>) {
         for mut r in reqs {
             let offset = r.offset();
             let res = self.read_full_at(offset, r.buf());
@@ -396,7 +399,7 @@ macro_rules! forward_store {
             fn evicted_clean(&self, offset: u64, data: &[u8]) {
                 (**self).evicted_clean(offset, data)
             }
-            fn submit_reads(&self, reqs: Vec<crate::bio::ReadRequest>) {
+            fn submit_reads(&self, reqs: Vec<ReadRequest>) {
                 (**self).submit_reads(reqs)
             }
         }

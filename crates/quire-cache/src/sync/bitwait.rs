@@ -54,8 +54,9 @@
 //! # The "before" policies
 //!
 //! [`WaitPolicy`] restores, for the benchmarks, what the kernel did before each mechanism
-//! (rule 7 of docs/RULES.md): [`WaitPolicy::AlwaysLookup`] has no waiters bit, so every clear looks the
-//! word up in the table; [`WaitPolicy::UnfilteredWakeAll`] parks every sleeper on one of 256
+//! (rule 7 of docs/RULES.md; its "before" variants come with the feature `bench-internals`):
+//! `WaitPolicy::AlwaysLookup` has no waiters bit, so every clear looks the
+//! word up in the table; `WaitPolicy::UnfilteredWakeAll` parks every sleeper on one of 256
 //! shared queues and wakes the whole queue on every clear, so sleepers wake for other words and
 //! other bits, re-test and sleep again. The free functions of this module are the exact policy;
 //! the policy methods compile to the same code when the policy is a constant.
@@ -118,16 +119,20 @@ const WOKEN_HANDOFF: usize = 1;
 const WOKEN_CANCEL: usize = 2;
 
 /// Which implementation of the waits to use (rule 7 of docs/RULES.md). `Exact` is the default and what
-/// the free functions of this module do.
+/// the free functions of this module do; the "before" variants come with the feature
+/// `bench-internals`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Hash)]
+#[non_exhaustive]
 pub enum WaitPolicy {
     /// The waiters bit, exact keyed wake-ups, wake-one for lockers, hand-off.
     #[default]
     Exact,
     /// As `Exact` but without the waiters bit: every clear looks the word up in the table.
+    #[cfg(feature = "bench-internals")]
     AlwaysLookup,
     /// No waiters bit filtering by word or bit: 256 shared queues, every clear wakes all of one
     /// queue, and woken threads re-test and sleep again. No hand-off.
+    #[cfg(feature = "bench-internals")]
     UnfilteredWakeAll,
 }
 
@@ -280,26 +285,39 @@ impl Drop for Registered<'_> {
     }
 }
 
-/// The shared queues of [`WaitPolicy::UnfilteredWakeAll`]: 256 distinct addresses to park on.
+/// The shared queues of `WaitPolicy::UnfilteredWakeAll`: 256 distinct addresses to park on.
+#[cfg(feature = "bench-internals")]
 static SHARED_QUEUES: [u8; 256] = [0; 256];
 
 impl WaitPolicy {
     #[inline(always)]
     pub(super) fn uses_waiters_bit(self) -> bool {
-        !matches!(self, WaitPolicy::AlwaysLookup)
+        #[cfg(feature = "bench-internals")]
+        return !matches!(self, WaitPolicy::AlwaysLookup);
+        #[cfg(not(feature = "bench-internals"))]
+        true
+    }
+
+    /// Whether every clear wakes every waiter of a shared queue (`UnfilteredWakeAll`), with no
+    /// hand-off.
+    #[inline(always)]
+    pub(super) fn wakes_all(self) -> bool {
+        #[cfg(feature = "bench-internals")]
+        return self == WaitPolicy::UnfilteredWakeAll;
+        #[cfg(not(feature = "bench-internals"))]
+        false
     }
 
     /// The wait-table key a sleeper on `word` parks on.
     #[inline]
     pub(super) fn key(self, word: &AtomicU64) -> usize {
         let addr = word as *const AtomicU64 as usize;
-        match self {
-            WaitPolicy::UnfilteredWakeAll => {
-                let h = (addr >> 3).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56;
-                &SHARED_QUEUES[h] as *const u8 as usize
-            }
-            _ => addr,
+        #[cfg(feature = "bench-internals")]
+        if self == WaitPolicy::UnfilteredWakeAll {
+            let h = (addr >> 3).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56;
+            return &SHARED_QUEUES[h] as *const u8 as usize;
         }
+        addr
     }
 
     /// Takes the lock bit if it is free. Acquire ordering on success.
@@ -362,7 +380,7 @@ impl WaitPolicy {
 
     /// Clears `bit` with one release read-modify-write, then wakes its waiters — touching the
     /// wait table only if the word says somebody may be waiting (or always, under
-    /// [`WaitPolicy::AlwaysLookup`]).
+    /// `WaitPolicy::AlwaysLookup`).
     #[inline(always)]
     #[doc(alias = "clear_bit_unlock_is_negative_byte")]
     pub fn clear_and_wake(self, word: &AtomicU64, bit: u64) {
@@ -382,7 +400,7 @@ impl WaitPolicy {
         let uses_bit = self.uses_waiters_bit();
         // The futures of the key: woken by the same rules, under the same lock, in the callback.
         let futures = asynch::Wake::new(key, word, bit);
-        if self == WaitPolicy::UnfilteredWakeAll {
+        if self.wakes_all() {
             parking::unpark_filter(
                 key,
                 |_| FilterOp::Unpark,
@@ -569,9 +587,9 @@ fn wait_slow(
         if let Some(c) = cancel {
             c.check()?;
         }
-        waiter.handoff.set(
-            exclusive && policy != WaitPolicy::UnfilteredWakeAll && lost_races >= lock_unfairness(),
-        );
+        waiter
+            .handoff
+            .set(exclusive && !policy.wakes_all() && lost_races >= lock_unfairness());
         count(Event::WaitTableLookups);
         let result = parking::park(
             key,
@@ -645,242 +663,4 @@ pub fn waiters(word: &AtomicU64) -> (usize, usize) {
 pub(crate) static UNFAIRNESS_TEST_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 #[cfg(all(test, not(loom)))]
-mod tests {
-    use super::*;
-    use std::sync::atomic::AtomicUsize;
-    use std::sync::Arc;
-    use std::time::Duration;
-
-    const WRITEBACK: u64 = 1 << 4;
-
-    #[test]
-    fn uncontended_lock_unlock_never_sets_waiters() {
-        let w = AtomicU64::new(0);
-        for _ in 0..1000 {
-            lock(&w);
-            assert_eq!(w.load(Ordering::Relaxed), LOCKED);
-            unlock(&w);
-            assert_eq!(w.load(Ordering::Relaxed), 0);
-        }
-    }
-
-    #[test]
-    fn try_lock_and_other_bits_survive() {
-        let w = AtomicU64::new(1 << 10);
-        assert!(try_lock(&w));
-        assert!(!try_lock(&w));
-        unlock(&w);
-        assert_eq!(w.load(Ordering::Relaxed), 1 << 10);
-        assert!(!set_bit(&w, WRITEBACK));
-        assert!(set_bit(&w, WRITEBACK));
-        clear_and_wake(&w, WRITEBACK);
-        assert_eq!(w.load(Ordering::Relaxed), 1 << 10);
-    }
-
-    /// Many threads increment a plain counter under the bit lock; every policy must keep mutual
-    /// exclusion and lose no wake-up (the test would hang).
-    fn mutual_exclusion(policy: WaitPolicy, threads: usize, iters: usize) {
-        struct Shared {
-            word: AtomicU64,
-            value: std::cell::UnsafeCell<u64>,
-        }
-        // SAFETY: `value` is only touched while holding the bit lock.
-        unsafe impl Sync for Shared {}
-        let s = Arc::new(Shared {
-            word: AtomicU64::new(0),
-            value: std::cell::UnsafeCell::new(0),
-        });
-        std::thread::scope(|scope| {
-            for _ in 0..threads {
-                let s = &s;
-                scope.spawn(move || {
-                    for _ in 0..iters {
-                        policy.lock(&s.word);
-                        // SAFETY: we hold the lock.
-                        unsafe { *s.value.get() += 1 };
-                        policy.unlock(&s.word);
-                    }
-                });
-            }
-        });
-        // SAFETY: every thread has finished.
-        assert_eq!(unsafe { *s.value.get() }, (threads * iters) as u64);
-        assert_eq!(s.word.load(Ordering::Relaxed) & LOCKED, 0);
-    }
-
-    #[test]
-    fn mutual_exclusion_exact() {
-        mutual_exclusion(WaitPolicy::Exact, 8, 5000);
-    }
-
-    #[test]
-    fn mutual_exclusion_always_lookup() {
-        mutual_exclusion(WaitPolicy::AlwaysLookup, 8, 5000);
-    }
-
-    #[test]
-    fn mutual_exclusion_unfiltered_wake_all() {
-        mutual_exclusion(WaitPolicy::UnfilteredWakeAll, 8, 5000);
-    }
-
-    #[test]
-    fn wait_clear_wakes_all_shared_waiters() {
-        let w = Arc::new(AtomicU64::new(WRITEBACK));
-        let done = Arc::new(AtomicUsize::new(0));
-        let hs: Vec<_> = (0..4)
-            .map(|_| {
-                let (w, done) = (w.clone(), done.clone());
-                std::thread::spawn(move || {
-                    wait_clear(&w, WRITEBACK);
-                    done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                })
-            })
-            .collect();
-        // Let them sleep; correctness does not depend on it, only what this test exercises.
-        while w.load(Ordering::Relaxed) & WAITERS == 0 {
-            std::thread::yield_now();
-        }
-        std::thread::sleep(Duration::from_millis(20));
-        assert_eq!(done.load(std::sync::atomic::Ordering::SeqCst), 0);
-        clear_and_wake(&w, WRITEBACK);
-        for h in hs {
-            h.join().unwrap();
-        }
-        assert_eq!(done.load(std::sync::atomic::Ordering::SeqCst), 4);
-        assert_eq!(
-            w.load(Ordering::Relaxed) & WAITERS,
-            0,
-            "WAITERS cleared exactly"
-        );
-    }
-
-    #[test]
-    fn waiting_on_another_bit_is_not_woken_by_unlock() {
-        let w = Arc::new(AtomicU64::new(WRITEBACK | LOCKED));
-        let h = {
-            let w = w.clone();
-            std::thread::spawn(move || wait_clear(&w, WRITEBACK))
-        };
-        while w.load(Ordering::Relaxed) & WAITERS == 0 {
-            std::thread::yield_now();
-        }
-        unlock(&w);
-        // The writeback waiter is still parked, so WAITERS must stay set.
-        std::thread::sleep(Duration::from_millis(20));
-        assert!(!h.is_finished());
-        assert_ne!(w.load(Ordering::Relaxed) & WAITERS, 0);
-        clear_and_wake(&w, WRITEBACK);
-        h.join().unwrap();
-        assert_eq!(w.load(Ordering::Relaxed), 0);
-    }
-
-    #[test]
-    fn deadline_expires_and_leaves_no_trace() {
-        let w = AtomicU64::new(LOCKED);
-        let c = Cancel::with_deadline(Instant::now() + Duration::from_millis(30));
-        assert_eq!(lock_cancellable(&w, &c), Err(WaitError::TimedOut));
-        assert_eq!(w.load(Ordering::Relaxed), LOCKED, "no WAITERS left behind");
-        assert!(c.waits.lock().is_empty());
-        let c = Cancel::with_deadline(Instant::now() + Duration::from_millis(10));
-        assert_eq!(
-            wait_clear_cancellable(&w, LOCKED, &c),
-            Err(WaitError::TimedOut)
-        );
-        assert_eq!(w.load(Ordering::Relaxed), LOCKED);
-    }
-
-    #[test]
-    fn cancel_wakes_sleepers_and_leaves_no_trace() {
-        let w = Arc::new(AtomicU64::new(LOCKED));
-        let c = Arc::new(Cancel::new());
-        let hs: Vec<_> = (0..3)
-            .map(|i| {
-                let (w, c) = (w.clone(), c.clone());
-                std::thread::spawn(move || {
-                    if i == 0 {
-                        wait_clear_cancellable(&w, LOCKED, &c)
-                    } else {
-                        lock_cancellable(&w, &c)
-                    }
-                })
-            })
-            .collect();
-        while c.waits.lock().len() < 3 {
-            std::thread::yield_now();
-        }
-        c.cancel();
-        for h in hs {
-            assert_eq!(h.join().unwrap(), Err(WaitError::Cancelled));
-        }
-        assert_eq!(w.load(Ordering::Relaxed), LOCKED, "no WAITERS left behind");
-        // A cancelled Cancel refuses at once, even for a free lock only after trying it.
-        unlock(&w);
-        assert_eq!(lock_cancellable(&w, &c), Ok(()));
-        unlock(&w);
-    }
-
-    #[test]
-    fn cancel_one_waiter_leaves_the_other_waiting() {
-        let w = Arc::new(AtomicU64::new(LOCKED));
-        let c = Arc::new(Cancel::new());
-        let waiting = {
-            let w = w.clone();
-            std::thread::spawn(move || lock(&w))
-        };
-        let cancelled = {
-            let (w, c) = (w.clone(), c.clone());
-            std::thread::spawn(move || lock_cancellable(&w, &c))
-        };
-        while c.waits.lock().is_empty() {
-            std::thread::yield_now();
-        }
-        c.cancel();
-        assert_eq!(cancelled.join().unwrap(), Err(WaitError::Cancelled));
-        // The other locker may not have parked yet, but once it has, WAITERS is set.
-        unlock(&w);
-        waiting.join().unwrap();
-        assert_eq!(w.load(Ordering::Relaxed) & LOCKED, LOCKED);
-        unlock(&w);
-        assert_eq!(w.load(Ordering::Relaxed), 0);
-    }
-
-    #[test]
-    fn unlock_hands_the_lock_to_a_waiter_that_asked_for_it() {
-        // With unfairness 0 a sleeping locker asks for hand-off at once: the unlock that wakes it
-        // takes the lock on its behalf, so the word is still LOCKED when `unlock` returns.
-        let _serial = UNFAIRNESS_TEST_LOCK
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let saved = lock_unfairness();
-        set_lock_unfairness(0);
-        let before = crate::stats::read(Event::LockHandoffs);
-        let w = Arc::new(AtomicU64::new(LOCKED));
-        let got = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let release = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let waiter = {
-            let (w, got, release) = (w.clone(), got.clone(), release.clone());
-            std::thread::spawn(move || {
-                lock(&w);
-                got.store(true, std::sync::atomic::Ordering::SeqCst);
-                while !release.load(std::sync::atomic::Ordering::SeqCst) {
-                    std::thread::yield_now();
-                }
-                unlock(&w);
-            })
-        };
-        // WAITERS is set under the wait-table lock just before the waiter is queued, so the
-        // unlock below, which takes that lock, finds it.
-        while w.load(Ordering::Relaxed) & WAITERS == 0 {
-            std::thread::yield_now();
-        }
-        unlock(&w);
-        let now = w.load(Ordering::Relaxed);
-        set_lock_unfairness(saved);
-        assert_ne!(now & LOCKED, 0, "the lock went straight to the waiter");
-        release.store(true, std::sync::atomic::Ordering::SeqCst);
-        waiter.join().unwrap();
-        assert!(got.load(std::sync::atomic::Ordering::SeqCst));
-        assert_eq!(w.load(Ordering::Relaxed), 0);
-        assert!(crate::stats::read(Event::LockHandoffs) > before);
-    }
-}
+mod tests;

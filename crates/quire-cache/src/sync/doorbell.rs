@@ -31,7 +31,7 @@
 //! Under `--cfg loom` the futex is a model (`Doorbell::futex_wait`: a mutex and a condition
 //! variable; the value compared under the mutex as the kernel does under its hash bucket lock),
 //! and `tests/loom_doorbell.rs` checks the protocol, and a deliberately broken variant of it
-//! ([`broken`]).
+//! (`broken`).
 
 use crate::sync::loom::{AtomicBool, AtomicU32, Ordering};
 
@@ -152,15 +152,10 @@ impl std::task::Wake for Doorbell {
     }
 }
 
-/// Deliberately broken variants of the protocol, for the loom model (`tests/loom_doorbell.rs`)
-/// to catch; each is off unless a model turns it on. Never broken outside loom.
+// Public under loom, where tests/loom_doorbell.rs turns them on; the crate's own otherwise.
+#[cfg(loom)]
 #[doc(hidden)]
-pub mod broken {
-    /// The sleeper reads `word` after it sets `asleep`: a ring in between bumps the word
-    /// before it is read, and the wait is armed with the bumped value.
-    pub const READ_WORD_LATE: usize = 1;
-    /// The sleeper does not check `notified` after it sets `asleep`.
-    pub const NO_RECHECK: usize = 2;
-
-    crate::sync::loom::broken_switches!();
-}
+pub mod broken;
+#[cfg(not(loom))]
+#[allow(unreachable_pub)]
+pub(crate) mod broken;

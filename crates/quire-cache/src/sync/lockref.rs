@@ -29,8 +29,8 @@
 //!
 //! # Two policies
 //!
-//! [`RefPolicy::Cmpxchg`] (the default) is lockref. [`RefPolicy::Spinlock`] is the "before"
-//! (rule 7 of docs/RULES.md): every operation takes the spinlock, changes the count and unlocks, as the
+//! [`RefPolicy::Cmpxchg`] (the default) is lockref. `RefPolicy::Spinlock` (feature
+//! `bench-internals`) is the "before" (rule 7 of docs/RULES.md): every operation takes the spinlock, changes the count and unlocks, as the
 //! dcache did before lockref. The policy is a plain field next to the word, read once per
 //! operation: on the default path the switch costs one well-predicted branch on a value in the
 //! same cache line as the word.
@@ -116,14 +116,17 @@ const fn pack(count: i32, lock: u64) -> u64 {
 }
 
 /// Which implementation a [`LockRef`] uses (rule 7 of docs/RULES.md): chosen per `LockRef` at
-/// construction; the lock-free path is the default.
+/// construction; the lock-free path is the default. The "before", `Spinlock`, comes with the
+/// feature `bench-internals`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum RefPolicy {
     /// lockref: compare-and-swap on the whole word while it is unlocked, at most
     /// [`CMPXCHG_TRIES`] attempts, then the lock.
     #[default]
     Cmpxchg,
     /// The "before": every operation takes the test-and-test-and-set lock.
+    #[cfg(feature = "bench-internals")]
     Spinlock,
 }
 
@@ -184,7 +187,10 @@ impl LockRef {
 
     #[inline(always)]
     fn spinlock(&self) -> bool {
-        self.policy == RefPolicy::Spinlock
+        #[cfg(feature = "bench-internals")]
+        return self.policy == RefPolicy::Spinlock;
+        #[cfg(not(feature = "bench-internals"))]
+        false
     }
 
     /// The lock-free loop: while the word is unlocked, ask `f` for the new word and try to
@@ -312,7 +318,7 @@ impl LockRef {
     /// count is zero or negative, if the word is locked, or if the compare-and-swap kept losing
     /// races; the caller then falls back to the lock itself.
     ///
-    /// Under [`RefPolicy::Spinlock`] this takes the lock instead, and returns `None` only for a
+    /// Under `RefPolicy::Spinlock` this takes the lock instead, and returns `None` only for a
     /// count that is zero or negative.
     #[inline]
     #[must_use = "None means the reference was not dropped"]

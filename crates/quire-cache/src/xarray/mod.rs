@@ -66,7 +66,7 @@
 //! (shadows) of the same or smaller order are replaced and the first is returned; a shadow of
 //! larger order is split first — if the split needs nodes, the lock is dropped, the nodes are
 //! allocated, the lock is taken again and, if the shadow changed in between, it starts over. The
-//! store continues from the position the walk reached. [`XArray::add_multi_walk`] is the
+//! store continues from the position the walk reached. `XArray::add_multi_walk` (feature `bench-internals`) is the
 //! pre-patch "before" (rule 7 of docs/RULES.md): one walk to read the order at the index, a conflict
 //! walk, and another walk to read the order again when something was found.
 //!
@@ -338,13 +338,16 @@ impl<P: XaPointer> fmt::Debug for Retired<P> {
     }
 }
 
-/// Which insert [`XArray::add_with`] runs (rule 7 of docs/RULES.md).
+/// Which insert [`XArray::add_with`] runs (rule 7 of docs/RULES.md): `Multi`, with the
+/// feature `bench-internals`, is the "before" for `quire bench`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum AddWalks {
     /// One walk in the common case (technique 4).
     #[default]
     Single,
     /// The pre-patch insert: read the order, walk for conflicts, read the order again.
+    #[cfg(feature = "bench-internals")]
     Multi,
 }
 
@@ -708,6 +711,7 @@ impl<P: XaPointer> XArray<P> {
     /// The pre-patch insert ("before", rule 7 of docs/RULES.md): the same result as [`XArray::add`]
     /// with a walk to read the order at `index`, a conflict walk, and one more walk to read the
     /// order again when a conflict was found.
+    #[cfg(feature = "bench-internals")]
     pub fn add_multi_walk(
         &self,
         index: u64,
@@ -717,7 +721,8 @@ impl<P: XaPointer> XArray<P> {
         write::add_multi_walk(self, index, order, entry)
     }
 
-    /// [`XArray::add`] or [`XArray::add_multi_walk`], as `policy` says.
+    /// [`XArray::add`], or the "before" insert `add_multi_walk` (feature `bench-internals`), as
+    /// `policy` says.
     pub fn add_with(
         &self,
         policy: AddWalks,
@@ -727,12 +732,15 @@ impl<P: XaPointer> XArray<P> {
     ) -> Result<Option<u64>, Rejected<P>> {
         match policy {
             AddWalks::Single => self.add(index, order, entry),
+            #[cfg(feature = "bench-internals")]
             AddWalks::Multi => self.add_multi_walk(index, order, entry),
         }
     }
 
     /// Checks the tree's invariants under the lock (for tests): counts, sibling runs, mark
-    /// propagation, node shifts, no retry entry in the live tree, and the node count.
+    /// propagation, node shifts, no retry entry in the live tree, and the node count. Stops
+    /// every writer while it walks the whole tree.
+    #[cfg(feature = "bench-internals")]
     pub fn check(&self) -> Result<(), String> {
         self.lock().check()
     }

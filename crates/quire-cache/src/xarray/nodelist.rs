@@ -22,7 +22,6 @@
 //! list's (a node is unlinked, under that lock, before it is freed) or its array's.
 
 use crate::sync::loom::{Mutex, MutexGuard};
-use std::ptr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::{Node, XArray, XaPointer};
@@ -196,11 +195,12 @@ impl NodeList {
     }
 
     /// Whether the node at `p` is on the list (for the array's invariant check).
+    #[cfg(feature = "bench-internals")]
     pub(super) fn contains(&self, p: *const Node) -> bool {
         let ends = self.ends();
         let mut at = ends.head;
         while at != 0 {
-            if ptr::eq(at as *const Node, p) {
+            if std::ptr::eq(at as *const Node, p) {
                 return true;
             }
             // SAFETY: on the list, under its lock.

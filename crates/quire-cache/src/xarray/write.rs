@@ -17,11 +17,14 @@ use crate::sync::loom::MutexGuard;
 use super::*;
 
 mod add;
+#[cfg(feature = "bench-internals")]
 mod check;
 mod split;
 mod state;
 
-pub(super) use add::{add, add_multi_walk};
+pub(super) use add::add;
+#[cfg(feature = "bench-internals")]
+pub(super) use add::add_multi_walk;
 pub use state::XaState;
 
 /// Borrows a node the writer knows to be alive.

@@ -13,6 +13,16 @@
 //!   1 600 at depth 5). `lockref` makes those compare-and-swaps; `spinlock` takes each entry's
 //!   lock for each of them. Same tree, same cache configuration, both caches warmed first. The
 //!   tree lives on tmpfs (`/dev/shm`) when there is one, else in the temporary directory.
+//! - case `same-path` (after AIM7's `short` on many cores, where every process looked up the
+//!   same few paths and the count of each shared dentry was the contended word): the same tree
+//!   and caches, but every thread walks the SAME file at depth 6 and does the same work per walk.
+//!   All the count traffic lands on two entries — the file (`get_not_dead`, put) and its
+//!   directory (`get_not_zero`, put) — so every thread's compare-and-swaps (`lockref`) or lock
+//!   round trips (`spinlock`) meet on the same two words, the case lockref was made for.
+//!
+//! Both cases run at each thread count (`--threads`, else 2 and 32) and record the same metrics:
+//! walks per second and per CPU second, and per walk the slow (locked) walks, the lockref's
+//! fallbacks to its lock and the context switches.
 
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
@@ -28,13 +38,18 @@ use super::{Bench, Suite};
 
 pub const SUITE: Suite = Suite {
     name: "dcache",
-    about: "dentry cache: path walk + dget_parent + path_of + dput, lockref vs spinlock counts",
+    about: "dentry cache: path walk + dget_parent + path_of + dput, lockref vs spinlock counts \
+            (cases short: random paths; same-path: every thread on one path)",
     variants: &["spinlock", "lockref"],
-    steps: |p| 3 + p.threads(&THREADS).len() as u64,
+    steps: |p| 3 + (CASES.len() * p.threads(&THREADS).len()) as u64,
     run,
 };
 
 const THREADS: [usize; 2] = [2, 32];
+/// The cases, in the order they run.
+const CASES: [&str; 2] = ["short", "same-path"];
+/// The one path every thread walks in `same-path`: a file at depth 6.
+const SAME_PATH: &str = "d00/d10/d20/d30/d40/f0";
 /// Entries per level: directories at depths 1 to 5, files at depth 6.
 const FANOUT: [usize; 6] = [4, 4, 4, 5, 5, 5];
 
@@ -114,20 +129,25 @@ impl Totals {
 }
 
 fn run(b: &mut Bench) -> anyhow::Result<()> {
-    let case = "short";
     // Per thread count and variant: `rounds` runs of `round` each.
     let (rounds, round) = if b.quick() {
         (3, Duration::from_millis(250))
     } else {
         (6, Duration::from_millis(1000))
     };
-    b.compare(case, "spinlock", "lockref");
+    for case in CASES {
+        b.compare(case, "spinlock", "lockref");
+    }
 
-    b.step("short: building the tree");
+    b.step("building the tree");
     let tree = TempTree(scratch_dir().join(format!("quire-bench-dcache-{}", std::process::id())));
     let _ = std::fs::remove_dir_all(&tree.0);
     std::fs::create_dir_all(&tree.0).with_context(|| format!("creating {}", tree.0.display()))?;
     let paths = build_tree(&tree.0)?;
+    anyhow::ensure!(
+        paths.iter().any(|p| p == SAME_PATH),
+        "the tree has no {SAME_PATH}"
+    );
 
     let mut caches = Vec::new();
     for (variant, policy) in [
@@ -137,7 +157,7 @@ fn run(b: &mut Bench) -> anyhow::Result<()> {
         if !b.wants(variant) {
             continue;
         }
-        b.step(&format!("short {variant}: warming the cache"));
+        b.step(&format!("{variant}: warming the cache"));
         let dc = Dcache::new(
             &tree.0,
             DcacheConfig {
@@ -155,75 +175,99 @@ fn run(b: &mut Bench) -> anyhow::Result<()> {
         caches.push((variant, dc));
     }
 
-    // Rounds alternate the variants, so that load from elsewhere on the machine (and frequency
-    // changes) fall on both alike; each figure sums its variant's rounds.
-    for threads in b.threads(&THREADS).to_vec() {
-        b.step(&format!("short {threads} threads"));
-        let mut totals: Vec<Totals> = caches.iter().map(|_| Totals::default()).collect();
-        for _ in 0..rounds {
-            for ((_, dc), tot) in caches.iter().zip(totals.iter_mut()) {
-                let m = measure(threads, round, |t, stop| {
-                    let mut rng = Rng::new(t as u64 * 7919 + 17);
-                    let mut walks = 0u64;
-                    while !stop.load(Ordering::Relaxed) {
-                        let p = &paths[rng.below(paths.len() as u64) as usize];
-                        let d = dc.walk(p).expect("every path of the tree exists");
-                        let parent = d.dget_parent();
-                        black_box(dc.path_of(&d));
-                        drop(parent);
-                        drop(d);
-                        walks += 1;
-                    }
-                    walks
-                });
-                tot.add(&m);
+    for case in CASES {
+        // The path of a thread's next walk.
+        let pick = |rng: &mut Rng| -> &str {
+            if case == "same-path" {
+                SAME_PATH
+            } else {
+                &paths[rng.below(paths.len() as u64) as usize]
             }
-        }
-        for ((variant, _), tot) in caches.iter().zip(&totals) {
-            let per_walk = |n: u64| n as f64 / tot.walks.max(1) as f64;
-            b.record(
-                case,
-                variant,
-                threads,
-                "walks_per_s",
-                tot.walks as f64 / tot.wall_s,
-                "1/s",
-            );
-            b.record(
-                case,
-                variant,
-                threads,
-                "walks_per_cpu_s",
-                tot.walks as f64 / tot.cpu_s.max(1e-9),
-                "1/s",
-            );
-            b.record(
-                case,
-                variant,
-                threads,
-                "slow_walks_per_walk",
-                per_walk(tot.slow_walks),
-                "1",
-            );
-            b.record(
-                case,
-                variant,
-                threads,
-                "lockref_slow_paths_per_walk",
-                per_walk(tot.lockref_slow),
-                "1",
-            );
-            b.record(
-                case,
-                variant,
-                threads,
-                "ctx_switches_per_walk",
-                per_walk(tot.ctx),
-                "1",
-            );
+        };
+        for threads in b.threads(&THREADS).to_vec() {
+            b.step(&format!("{case} {threads} threads"));
+            run_case(b, case, &caches, threads, rounds, round, &pick);
         }
     }
     drop(caches);
     drop(tree);
     Ok(())
+}
+
+/// Runs one case at one thread count on every cache and records its figures. Rounds alternate
+/// the variants, so that load from elsewhere on the machine (and frequency changes) fall on both
+/// alike; each figure sums its variant's rounds.
+fn run_case<'p>(
+    b: &mut Bench,
+    case: &str,
+    caches: &[(&str, Dcache)],
+    threads: usize,
+    rounds: usize,
+    round: Duration,
+    pick: &(dyn Fn(&mut Rng) -> &'p str + Sync),
+) {
+    let mut totals: Vec<Totals> = caches.iter().map(|_| Totals::default()).collect();
+    for _ in 0..rounds {
+        for ((_, dc), tot) in caches.iter().zip(totals.iter_mut()) {
+            let m = measure(threads, round, |t, stop| {
+                let mut rng = Rng::new(t as u64 * 7919 + 17);
+                let mut walks = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let d = dc
+                        .walk(pick(&mut rng))
+                        .expect("every path of the tree exists");
+                    let parent = d.dget_parent();
+                    black_box(dc.path_of(&d));
+                    drop(parent);
+                    drop(d);
+                    walks += 1;
+                }
+                walks
+            });
+            tot.add(&m);
+        }
+    }
+    for ((variant, _), tot) in caches.iter().zip(&totals) {
+        let per_walk = |n: u64| n as f64 / tot.walks.max(1) as f64;
+        b.record(
+            case,
+            variant,
+            threads,
+            "walks_per_s",
+            tot.walks as f64 / tot.wall_s,
+            "1/s",
+        );
+        b.record(
+            case,
+            variant,
+            threads,
+            "walks_per_cpu_s",
+            tot.walks as f64 / tot.cpu_s.max(1e-9),
+            "1/s",
+        );
+        b.record(
+            case,
+            variant,
+            threads,
+            "slow_walks_per_walk",
+            per_walk(tot.slow_walks),
+            "1",
+        );
+        b.record(
+            case,
+            variant,
+            threads,
+            "lockref_slow_paths_per_walk",
+            per_walk(tot.lockref_slow),
+            "1",
+        );
+        b.record(
+            case,
+            variant,
+            threads,
+            "ctx_switches_per_walk",
+            per_walk(tot.ctx),
+            "1",
+        );
+    }
 }

@@ -15,12 +15,11 @@
 
 use std::cell::UnsafeCell;
 use std::hint::black_box;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use quire::stats::Event;
 use quire::sync::bitwait::WaitPolicy;
-use quire::sync::loom::AtomicU64;
 
 use super::harness::{measure, Rng};
 use super::{Bench, Suite};
@@ -85,7 +84,7 @@ fn uncontended(b: &mut Bench, dur: Duration) {
                 WaitPolicy::AlwaysLookup.lock(w);
                 WaitPolicy::AlwaysLookup.unlock(w);
             }),
-            WaitPolicy::UnfilteredWakeAll => unreachable!("not a variant of this case"),
+            _ => unreachable!("not a variant of this case"),
         });
         let ns = m.elapsed.as_nanos() as f64 / m.ops.max(1) as f64;
         b.record(case, variant, 1, "ns_per_op", ns, "ns");

@@ -1,5 +1,5 @@
 //! The insert of technique 4 ([`XArray::add`]) and its pre-patch "before"
-//! ([`XArray::add_multi_walk`]): the conflict check done on the path of the walk that also
+//! (`XArray::add_multi_walk`, feature `bench-internals`): the conflict check done on the path of the walk that also
 //! stores, and the split of a larger shadow with its nodes allocated outside the lock.
 
 use super::*;
@@ -8,7 +8,9 @@ use super::*;
 enum Conflict {
     /// Nothing.
     None,
-    /// Only values of the range's order or smaller; the first (lowest index).
+    /// Only values of the range's order or smaller; the first (lowest index), which only the
+    /// "before" insert reads.
+    #[cfg_attr(not(feature = "bench-internals"), allow(dead_code))]
     Shadows(usize),
     /// A pointer entry.
     Pointer,
@@ -297,7 +299,8 @@ pub(in crate::xarray) fn add<P: XaPointer>(
     }
 }
 
-/// [`XArray::add_multi_walk`]: the pre-patch insert, kept as the benchmark's "before".
+/// `XArray::add_multi_walk`: the pre-patch insert, kept as the benchmark's "before".
+#[cfg(feature = "bench-internals")]
 pub(in crate::xarray) fn add_multi_walk<P: XaPointer>(
     xa: &XArray<P>,
     index: u64,
