@@ -1,7 +1,8 @@
 //! [`CacheStats`]: what a [`super::PageCache`] holds and has done, as a struct and printed as
 //! `/proc/meminfo` and `/proc/vmstat` print theirs.
 
-use super::*;
+use crate::stats::Snapshot;
+use crate::vmscan::{Lru, Watermarks, NR_LRU_LISTS};
 
 /// What the cache holds at one moment, and what its reclaim has done so far.
 #[derive(Clone, Debug, PartialEq, Eq)]
