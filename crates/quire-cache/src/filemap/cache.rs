@@ -225,12 +225,12 @@ impl PageCache {
         .map_err(FilemapError::Threads)?;
         let vm = Vmscan::new(VmConfig {
             policy: config.reclaim,
-            workingset: config.workingset,
+            workingset: config.workingset(),
             loop_protection: config.loop_protection,
-            shadow_shrinker: config.shadow_shrinker,
+            shadow_shrinker: config.shadow_shrinker(),
             frames: pool.nr_frames(),
             largest_folio: 1 << config.max_folio_order,
-            wait_policy: config.wait_policy,
+            wait_policy: config.wait_policy(),
             alloc_timeout: config.alloc_timeout,
         });
         let cache = Arc::new(Cache {
@@ -320,11 +320,12 @@ impl PageCache {
         }
     }
 
-    /// Checks the LRU lists against the indexes (for tests; stops the world for a moment by
+    /// Checks the LRU lists against the indexes, for tests (it stops the world for a moment by
     /// holding the LRU lock): under the LRU policy every folio in an index is on exactly one
     /// list and every listed folio is in an index, and the lists' frame counts add up to the
     /// cached frames. Applies the waiting batches first. Folios that reclaim holds isolated
     /// at the moment are allowed off the lists.
+    #[cfg(feature = "bench-internals")]
     pub fn check_lru(&self) -> std::result::Result<(), String> {
         let c = &self.cache;
         c.vm.drain_all(&c.pool);

@@ -19,9 +19,12 @@ use crate::xarray::AddWalks;
 /// config.dirty_expire = Duration::from_secs(1);
 /// ```
 ///
-/// The switches that bring back each mechanism's "before" (rule 7 of docs/RULES.md) are fields
-/// too, left out of this documentation: they exist for `quire bench`, and the defaults are the
-/// mechanisms this crate is about. The reclaim policy is a documented choice
+/// With the `bench-internals` feature, the switches that bring back each mechanism's "before"
+/// (rule 7 of docs/RULES.md) are fields too: [`wait_policy`](#structfield.wait_policy),
+/// [`add_walks`](#structfield.add_walks), [`workingset`](#structfield.workingset) and
+/// [`shadow_shrinker`](#structfield.shadow_shrinker). They exist for `quire bench`, which
+/// measures both sides; without the feature the cache always runs the mechanisms this crate is
+/// about (the switches' defaults). The reclaim policy is a documented choice either way
 /// ([`CacheConfig::reclaim`], [`CacheConfig::loop_protection`]).
 #[derive(Clone, Debug)]
 pub struct CacheConfig {
@@ -48,11 +51,13 @@ pub struct CacheConfig {
     /// [`IoEngineChoice::Auto`] (io_uring where the kernel allows it), or what
     /// `QUIRE_IO_ENGINE` names.
     pub io_engine: IoEngineChoice,
-    /// The folio lock's wait policy (the default is the exact one; others are for benchmarks).
-    #[doc(hidden)] // a "before" policy for `quire bench`
+    /// The folio lock's wait policy: [`WaitPolicy::Exact`] by default (the waiters bit and
+    /// filtered wake-ups); the others bring back what those replaced, for `quire bench`.
+    #[cfg(feature = "bench-internals")]
     pub wait_policy: WaitPolicy,
-    /// The index insert's walk policy (single walk by default; multi for benchmarks).
-    #[doc(hidden)] // a "before" policy for `quire bench`
+    /// The index insert's walk policy: [`AddWalks::Single`] by default (one tree walk per
+    /// insert); [`AddWalks::Multi`] brings back the separate walks, for `quire bench`.
+    #[cfg(feature = "bench-internals")]
     pub add_walks: AddWalks,
     /// How long an allocation may wait for reclaim to free memory before reporting
     /// [`FilemapError::NoMemory`](super::FilemapError::NoMemory) (every frame pinned by references or locks). Default 5 s.
@@ -65,12 +70,12 @@ pub struct CacheConfig {
     /// the other policies.
     pub loop_protection: bool,
     /// Whether refaults may activate folios as part of the working set (default on; off counts
-    /// refaults only, for benchmarks).
-    #[doc(hidden)] // a "before" policy for `quire bench`
+    /// refaults only, for `quire bench`).
+    #[cfg(feature = "bench-internals")]
     pub workingset: bool,
     /// Whether the shadow shrinker keeps the index nodes holding only shadow entries below
-    /// one per 16 frames of the budget (default on; off lets them grow, for benchmarks).
-    #[doc(hidden)] // a "before" policy for `quire bench`
+    /// one per 16 frames of the budget (default on; off lets them grow, for `quire bench`).
+    #[cfg(feature = "bench-internals")]
     pub shadow_shrinker: bool,
 }
 
@@ -87,13 +92,55 @@ impl CacheConfig {
             flush_interval: Duration::from_millis(500),
             io_threads: 2,
             io_engine: IoEngineChoice::from_env().unwrap_or_default(),
+            #[cfg(feature = "bench-internals")]
             wait_policy: WaitPolicy::Exact,
+            #[cfg(feature = "bench-internals")]
             add_walks: AddWalks::Single,
             alloc_timeout: Duration::from_secs(5),
             reclaim: ReclaimPolicy::MultiGen,
             loop_protection: true,
+            #[cfg(feature = "bench-internals")]
             workingset: true,
+            #[cfg(feature = "bench-internals")]
             shadow_shrinker: true,
         }
+    }
+
+    /// The folio lock's wait policy: the configured one with `bench-internals`, else the exact
+    /// one (a constant, so the lock's fast path pays nothing for the switch).
+    #[inline]
+    pub(crate) fn wait_policy(&self) -> WaitPolicy {
+        #[cfg(feature = "bench-internals")]
+        return self.wait_policy;
+        #[cfg(not(feature = "bench-internals"))]
+        return WaitPolicy::Exact;
+    }
+
+    /// The index insert's walk policy: the configured one with `bench-internals`, else the
+    /// single walk.
+    #[inline]
+    pub(crate) fn add_walks(&self) -> AddWalks {
+        #[cfg(feature = "bench-internals")]
+        return self.add_walks;
+        #[cfg(not(feature = "bench-internals"))]
+        return AddWalks::Single;
+    }
+
+    /// Whether refaults may activate folios: the configured switch with `bench-internals`,
+    /// else on.
+    pub(crate) fn workingset(&self) -> bool {
+        #[cfg(feature = "bench-internals")]
+        return self.workingset;
+        #[cfg(not(feature = "bench-internals"))]
+        return true;
+    }
+
+    /// Whether the shadow shrinker runs: the configured switch with `bench-internals`, else
+    /// on.
+    pub(crate) fn shadow_shrinker(&self) -> bool {
+        #[cfg(feature = "bench-internals")]
+        return self.shadow_shrinker;
+        #[cfg(not(feature = "bench-internals"))]
+        return true;
     }
 }

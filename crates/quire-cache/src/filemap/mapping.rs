@@ -172,7 +172,7 @@ impl Mapping {
 
     #[inline]
     pub(crate) fn policy(&self) -> WaitPolicy {
-        self.cache.config.wait_policy
+        self.cache.config.wait_policy()
     }
 
     // ---- lookups -------------------------------------------------------------------------
@@ -245,7 +245,7 @@ impl Mapping {
         let g = folio.lock_with(self.policy());
         g.set_mapping(self.id);
         match self.pages.add_with(
-            self.cache.config.add_walks,
+            self.cache.config.add_walks(),
             index,
             order,
             Entry::Pointer(FolioPtr(for_index)),
