@@ -290,22 +290,21 @@ impl PageCache {
         &self.cache
     }
 
-    /// What the cache holds now. First applies the folio batches waiting to be applied and
-    /// returns the allocator's per-thread caches to its free lists, so that the figures add up
-    /// (every cached folio on one list, freed frames counted free).
+    /// What the cache holds now, read from its counters: cheap enough for a monitor to call
+    /// often, it neither applies the per-CPU folio batches nor visits the files. So the LRU
+    /// lists' sizes leave out the folios still waiting in a batch, and frames whose last
+    /// reference a batch holds count as free only once it is applied (see
+    /// [`CacheStats`]); a batch holds a few dozen folios at most per CPU.
     pub fn stats(&self) -> CacheStats {
         let c = &self.cache;
-        c.vm.drain_all(&c.pool);
-        c.pool.drain();
-        let mappings = c.mappings();
-        let index_nodes: usize = mappings.iter().map(|m| m.pages.node_count()).sum();
+        let index_nodes = c.vm.shadow_nodes().array_nodes();
         CacheStats {
             frames: c.pool.nr_frames(),
-            free_frames: c.pool.free_frames(),
+            free_frames: c.pool.free_frames_hint(),
             cached_frames: c.cached.load(Ordering::Relaxed),
             dirty_frames: c.dirty.load(Ordering::Relaxed),
             writeback_frames: c.writeback.load(Ordering::Relaxed),
-            files: mappings.len(),
+            files: c.files.lock().unwrap().len(),
             lru_frames: c.vm.list_sizes(),
             index_nodes,
             index_heap_bytes: index_nodes * XArray::<FolioPtr>::NODE_BYTES,
@@ -317,6 +316,35 @@ impl PageCache {
             io_engine: c.bio.info().clone(),
             io: c.bio.stats(),
             vmstat: c.vm.counters.snapshot(),
+        }
+    }
+
+    /// Applies the folio batches waiting on every CPU and returns the allocator's per-thread
+    /// caches to its free lists (freeing the folios whose borrows have ended), so that the
+    /// figures [`PageCache::stats`] reads add up: every cached folio on one list, every freed
+    /// frame counted free. Stops every CPU's batching for a moment; for tests and `quire bench`.
+    #[cfg(feature = "bench-internals")]
+    pub fn drain_batches(&self) {
+        let c = &self.cache;
+        c.vm.drain_all(&c.pool);
+        c.pool.drain();
+    }
+
+    /// [`PageCache::stats`] with every figure exact at one moment, for tests and `quire bench`:
+    /// first [`PageCache::drain_batches`], then the free frames counted under the allocator's
+    /// locks, and the files and their index nodes counted by visiting every file.
+    #[cfg(feature = "bench-internals")]
+    pub fn stats_exact(&self) -> CacheStats {
+        self.drain_batches();
+        let c = &self.cache;
+        let mappings = c.mappings();
+        let index_nodes: usize = mappings.iter().map(|m| m.pages.node_count()).sum();
+        CacheStats {
+            free_frames: c.pool.free_frames(),
+            files: mappings.len(),
+            index_nodes,
+            index_heap_bytes: index_nodes * XArray::<FolioPtr>::NODE_BYTES,
+            ..self.stats()
         }
     }
 
