@@ -291,10 +291,10 @@ impl PageCache {
     }
 
     /// What the cache holds now, read from its counters: cheap enough for a monitor to call
-    /// often, it neither applies the per-CPU folio batches nor visits the files. So the LRU
-    /// lists' sizes leave out the folios still waiting in a batch, and frames whose last
-    /// reference a batch holds count as free only once it is applied (see
-    /// [`CacheStats`]); a batch holds a few dozen folios at most per CPU.
+    /// often, it neither applies the per-CPU folio batches nor visits the files nor takes the
+    /// allocator's locks. So the LRU lists' sizes leave out the folios still waiting in a
+    /// batch (15 at most per batch), and the free frames those freed while a zero-copy borrow
+    /// of them was live, until the allocator frees them (see [`CacheStats`]).
     pub fn stats(&self) -> CacheStats {
         let c = &self.cache;
         let index_nodes = c.vm.shadow_nodes().array_nodes();
@@ -322,7 +322,8 @@ impl PageCache {
     /// Applies the folio batches waiting on every CPU and returns the allocator's per-thread
     /// caches to its free lists (freeing the folios whose borrows have ended), so that the
     /// figures [`PageCache::stats`] reads add up: every cached folio on one list, every freed
-    /// frame counted free. Stops every CPU's batching for a moment; for tests and `quire bench`.
+    /// frame counted free. Takes every batch's lock and the allocator's; for tests and
+    /// `quire bench`.
     #[cfg(feature = "bench-internals")]
     pub fn drain_batches(&self) {
         let c = &self.cache;

@@ -7,10 +7,10 @@ use crate::vmscan::{Lru, Watermarks, NR_LRU_LISTS};
 /// What the cache holds, and what its reclaim has done so far, as
 /// [`PageCache::stats`](super::PageCache::stats) reads it from the counters: each figure is
 /// exact at its last change, but they are read one after another, not at one moment. Folios
-/// waiting in a per-CPU batch (a few dozen at most per CPU) are not yet on the LRU lists
-/// (`lru_frames`, `lru_gen`), and frames whose last reference such a batch holds are not yet
-/// free (`free_frames`); with the `bench-internals` feature, `PageCache::stats_exact` applies the
-/// batches first.
+/// waiting in a per-CPU batch (15 at most per batch) are not yet on the LRU lists
+/// (`lru_frames`, `lru_gen`), and frames freed while a zero-copy borrow of them was live are
+/// not yet free (`free_frames`) until the allocator frees them; with the `bench-internals`
+/// feature, `PageCache::stats_exact` applies the batches and frees those first.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CacheStats {
     /// Frames in the pool.
