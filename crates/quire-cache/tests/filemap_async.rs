@@ -156,7 +156,7 @@ fn one_thread_keeps_many_misses_in_flight() {
             2 * i
         );
     }
-    let s = cache.stats();
+    let s = cache.stats_exact();
     assert!(
         s.io.max_in_flight >= 32,
         "32 misses from one thread in flight at once: {:?}",
@@ -206,7 +206,7 @@ fn async_reads_return_what_blocking_reads_do() {
         let mut all = vec![0u8; data.len()];
         block_on(f.read_exact_at_async(0, &mut all)).unwrap();
         assert!(all == data);
-        let s = cache.stats();
+        let s = cache.stats_exact();
         assert!(s.io.submitted > 0 && s.io.errors == 0, "{:?}", s.io);
         drop(f);
         check_no_leak(&cache, "async reads");

@@ -74,7 +74,7 @@ fn settle(f: &CachedFile, pages: std::ops::Range<u64>) {
 /// deferred while the borrow lasts, a reference held past the folio's removal). Reading the
 /// cache's counts frees the deferred folios whose borrows have ended.
 fn uncached_frames(cache: &PageCache) -> usize {
-    let s = cache.stats();
+    let s = cache.stats_exact();
     s.frames - s.free_frames - s.cached_frames
 }
 

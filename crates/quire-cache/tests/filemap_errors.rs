@@ -46,7 +46,7 @@ fn a_one_shot_write_error_reaches_each_of_three_handles_once() {
         expect_fsync(&a, true, "a sees the failure");
         assert_eq!(store.fired(id), 1);
         assert!(
-            cache.stats().dirty_frames > 0,
+            cache.stats_exact().dirty_frames > 0,
             "the failed folio stays dirty"
         );
         same(&read_all(&a), &data, "the data is still cached");
@@ -59,7 +59,7 @@ fn a_one_shot_write_error_reaches_each_of_three_handles_once() {
         // A handle opened after everyone saw it starts clean.
         let d = c.reopen();
         expect_fsync(&d, false, "d was opened after the error was seen");
-        assert_eq!(cache.stats().dirty_frames, 0);
+        assert_eq!(cache.stats_exact().dirty_frames, 0);
         same(
             &store.inner().synced_contents(),
             &data,
@@ -127,7 +127,7 @@ fn a_persistent_write_error_loses_nothing_and_is_reported_once_per_failure() {
         assert!(store.fired(id) >= 3);
         // Nothing is lost while it fails: cached, dirty, readable by every handle.
         same(&read_all(&c), &expect, "cached data while failing");
-        assert!(cache.stats().dirty_frames > 0);
+        assert!(cache.stats_exact().dirty_frames > 0);
         // The rest of the file did reach the store.
         let inner = store.inner().contents();
         same(
@@ -149,7 +149,7 @@ fn a_persistent_write_error_loses_nothing_and_is_reported_once_per_failure() {
         // c never asked: one report covers all the failures it missed.
         expect_fsync(&c, true, "c, the failures it missed");
         expect_fsync(&c, false, "c, once");
-        let s = cache.stats();
+        let s = cache.stats_exact();
         assert_eq!(s.dirty_frames, 0);
         same(
             &store.inner().synced_contents(),
@@ -185,7 +185,7 @@ fn write_errors_under_memory_pressure_keep_the_data() {
     for (i, chunk) in data.chunks(3 * PAGE + 17).enumerate() {
         let off = i * (3 * PAGE + 17);
         assert_eq!(a.write_at(off as u64, chunk).unwrap(), chunk.len());
-        let s = cache.stats();
+        let s = cache.stats_exact();
         assert!(s.cached_frames <= s.frames);
     }
     same(&read_all(&b), &data, "read back under pressure");
@@ -201,7 +201,7 @@ fn write_errors_under_memory_pressure_keep_the_data() {
     same(&store.inner().synced_contents(), &data, "nothing was lost");
     drop((a, b));
     check_no_leak(&cache, "after write errors under pressure");
-    let s = cache.stats();
+    let s = cache.stats_exact();
     assert_eq!(
         (s.free_frames, s.cached_frames, s.dirty_frames),
         (s.frames, 0, 0)
@@ -266,7 +266,7 @@ fn read_errors_reach_read_at_typed_and_leave_the_cache_usable() {
         same(&store.inner().synced_contents(), &expect, "in the store");
         drop(f);
         check_no_leak(&cache, "after read errors");
-        let s = cache.stats();
+        let s = cache.stats_exact();
         assert_eq!(
             (s.free_frames, s.cached_frames),
             (s.frames, 0),
@@ -407,7 +407,11 @@ fn flush_writes_back_without_syncing_and_reports_errors_once_per_handle() {
         a.write_at(0, &data).unwrap();
         let syncs = store.inner().sync_count();
         a.flush().unwrap();
-        assert_eq!(cache.stats().dirty_frames, 0, "align {align}: written back");
+        assert_eq!(
+            cache.stats_exact().dirty_frames,
+            0,
+            "align {align}: written back"
+        );
         same(&store.inner().contents(), &data, "the store holds the data");
         assert_eq!(store.inner().sync_count(), syncs, "align {align}: no sync");
 
@@ -419,12 +423,12 @@ fn flush_writes_back_without_syncing_and_reports_errors_once_per_handle() {
         }
         assert_eq!(store.fired(id), 1);
         assert!(
-            cache.stats().dirty_frames > 0,
+            cache.stats_exact().dirty_frames > 0,
             "the failed folio stays dirty"
         );
         a.flush().unwrap();
         expect_fsync(&b, true, "the other handle hears of it once");
         expect_fsync(&b, false, "once only");
-        assert_eq!(cache.stats().dirty_frames, 0);
+        assert_eq!(cache.stats_exact().dirty_frames, 0);
     }
 }

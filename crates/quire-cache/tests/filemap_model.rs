@@ -367,7 +367,7 @@ fn run_machine(align: usize, initial_len: usize, ops: &[Op]) {
             }
             Op::Shrink => {
                 cache.shrink(usize::MAX);
-                let s = cache.stats();
+                let s = cache.stats_exact();
                 assert!(s.cached_frames <= s.frames);
             }
             Op::ReopenHandle => f = f.reopen(),
@@ -384,7 +384,7 @@ fn run_machine(align: usize, initial_len: usize, ops: &[Op]) {
             }
         }
         assert_eq!(f.len() as usize, model.len(), "{ctx}: length");
-        let s = cache.stats();
+        let s = cache.stats_exact();
         assert!(s.cached_frames <= s.frames, "{ctx}");
     }
     same(&read_all(&f), &model, "at the end");

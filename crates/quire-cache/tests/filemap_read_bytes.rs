@@ -111,7 +111,7 @@ fn stream_over_io_uring(order: u32) -> Option<u64> {
     cfg.io_engine = IoEngineChoice::IoUring;
     cfg.max_folio_order = order;
     let cache = PageCache::new(cfg).unwrap();
-    let engine = cache.stats().io_engine;
+    let engine = cache.stats_exact().io_engine;
     if engine.kind != IoEngineKind::IoUring {
         eprintln!("skipped: no io_uring here ({})", engine.reason);
         let _ = std::fs::remove_file(&path);
@@ -138,7 +138,7 @@ fn stream_over_io_uring(order: u32) -> Option<u64> {
         off += file.read_at(off, &mut buf).unwrap() as u64;
     }
     assert_eq!(file.store_bytes_read(), len as u64, "order {order}");
-    Some(cache.stats().io.submitted)
+    Some(cache.stats_exact().io.submitted)
 }
 
 /// Over io_uring (where the kernel gives one) the store's `read_at` never runs for readahead,

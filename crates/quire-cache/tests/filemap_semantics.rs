@@ -453,7 +453,7 @@ fn evictions_leave_shadows_that_count_refaults() {
         "every clean, unused folio is evicted"
     );
     assert_eq!(f.cached_frames(), 0);
-    assert_eq!(cache.stats().cached_frames, 0);
+    assert_eq!(cache.stats_exact().cached_frames, 0);
     assert!(stats::read(Event::Evictions) > evictions);
     let refaults = stats::read(Event::WorkingsetRefault);
     let mut b = vec![0u8; PAGE];
@@ -477,13 +477,13 @@ fn invalidate_frees_clean_folios_and_writes_back_dirty_ones() {
     let f = cache.open(store.clone()).unwrap();
     same(&read_all(&f), &data, "bytes");
     assert_eq!(f.cached_frames(), 64);
-    let free = cache.stats().free_frames;
+    let free = cache.stats_exact().free_frames;
     let held = f.read_folio(10).unwrap();
     assert_eq!(f.invalidate().unwrap(), 63, "all but the folio in use");
     assert_eq!(f.cached_frames(), 1);
     // A readahead thread may put its last reference a moment after the reader saw the data.
     eventually("the frames to be free", || {
-        cache.stats().free_frames == free + 63
+        cache.stats_exact().free_frames == free + 63
     });
     same(held.bytes().unwrap(), &data[10 * PAGE..11 * PAGE], "held");
     drop(held);
@@ -497,10 +497,10 @@ fn invalidate_frees_clean_folios_and_writes_back_dirty_ones() {
         f.write_at((p * PAGE + 50) as u64, &w).unwrap();
         expect[p * PAGE + 50..p * PAGE + 150].copy_from_slice(&w);
     }
-    assert_eq!(cache.stats().dirty_frames, 3);
+    assert_eq!(cache.stats_exact().dirty_frames, 3);
     assert_eq!(f.invalidate().unwrap(), 3);
     assert_eq!(f.cached_frames(), 0);
-    let s = cache.stats();
+    let s = cache.stats_exact();
     assert_eq!((s.dirty_frames, s.cached_frames), (0, 0));
     same(&store.contents(), &expect, "bytes");
     same(&read_all(&f), &expect, "bytes");
@@ -518,9 +518,9 @@ fn sync_range_writes_back_only_the_range() {
     let far = 1u64 << 20;
     f.write_at(0, &a).unwrap();
     f.write_at(far, &b).unwrap();
-    assert_eq!(cache.stats().dirty_frames, 4);
+    assert_eq!(cache.stats_exact().dirty_frames, 4);
     f.sync_range(0, a.len() as u64).unwrap();
-    assert_eq!(cache.stats().dirty_frames, 2);
+    assert_eq!(cache.stats_exact().dirty_frames, 2);
     let synced = store.synced_contents();
     same(&synced[..a.len()], &a[..], "bytes");
     assert!(
@@ -530,7 +530,7 @@ fn sync_range_writes_back_only_the_range() {
     );
     // One byte of the far range: only its page.
     f.sync_range(far + 5, 1).unwrap();
-    assert_eq!(cache.stats().dirty_frames, 1);
+    assert_eq!(cache.stats_exact().dirty_frames, 1);
     let synced = store.synced_contents();
     same(
         &synced[far as usize..far as usize + PAGE],
@@ -539,7 +539,7 @@ fn sync_range_writes_back_only_the_range() {
     );
     // The last byte of the far range: its page.
     f.sync_range(far + 2 * PAGE as u64 - 1, 1).unwrap();
-    assert_eq!(cache.stats().dirty_frames, 0);
+    assert_eq!(cache.stats_exact().dirty_frames, 0);
     let mut expect = a.clone();
     expect.resize(far as usize, 0);
     expect.extend_from_slice(&b);
@@ -618,7 +618,7 @@ fn files_share_one_budget() {
     let cache = PageCache::new(cfg).unwrap();
     let a = cache.open(MemStore::from_vec(a_data.clone())).unwrap();
     let b = cache.open(MemStore::from_vec(b_data.clone())).unwrap();
-    assert_eq!(cache.stats().files, 2);
+    assert_eq!(cache.stats_exact().files, 2);
     let mut ba = vec![0u8; 8192];
     let mut bb = vec![0u8; 8192];
     for off in (0..1 << 20).step_by(8192) {
@@ -626,16 +626,16 @@ fn files_share_one_budget() {
         b.read_at(off as u64, &mut bb).unwrap();
         same(&ba[..], &a_data[off..off + 8192], "bytes");
         same(&bb[..], &b_data[off..off + 8192], "bytes");
-        let s = cache.stats();
+        let s = cache.stats_exact();
         assert!(s.cached_frames <= s.frames);
         assert!(a.cached_frames() + b.cached_frames() <= s.frames);
     }
     assert!(a.cached_frames() > 0 && b.cached_frames() > 0);
     drop(a);
-    eventually("the first file to go", || cache.stats().files == 1);
+    eventually("the first file to go", || cache.stats_exact().files == 1);
     same(&read_all(&b), &b_data, "bytes");
     drop(b);
-    eventually("both files to go", || cache.stats().files == 0);
+    eventually("both files to go", || cache.stats_exact().files == 0);
     check_no_leak(&cache, "both files gone");
 }
 
@@ -673,7 +673,7 @@ fn a_write_under_its_own_reference_to_a_large_folio_completes_when_no_copy_fits(
         a.fsync().unwrap();
         same(&store.synced_contents(), &expect, "the store");
         drop((a, b));
-        let s = cache.stats();
+        let s = cache.stats_exact();
         assert_eq!((s.cached_frames, s.dirty_frames), (0, 0));
         tx.send(()).unwrap();
     });

@@ -34,7 +34,7 @@ fn sampler(cache: &PageCache, stop: &AtomicBool) -> u64 {
     let mut samples = 0;
     let mut max_cached = 0;
     while !stop.load(Ordering::Relaxed) {
-        let s = cache.stats();
+        let s = cache.stats_exact();
         assert!(s.cached_frames <= s.frames, "over budget: {s:?}");
         assert!(s.free_frames <= s.frames, "{s:?}");
         assert!(s.dirty_frames <= s.frames, "{s:?}");

@@ -42,7 +42,7 @@ fn setup(data: &[u8], capacity: usize) -> (tempfile::TempDir, PageCache, CachedF
 /// thread can have a ring. With `QUIRE_REQUIRE_THREAD_RING=1` (CI's io_uring run) anything else
 /// fails the test instead of skipping it.
 fn local_possible(cache: &PageCache) -> bool {
-    let kind = cache.stats().io_engine.kind;
+    let kind = cache.stats_exact().io_engine.kind;
     let ring = ThreadRing::current().is_some();
     if std::env::var("QUIRE_REQUIRE_THREAD_RING").as_deref() == Ok("1") {
         assert!(
@@ -80,7 +80,7 @@ fn block_on_reads_through_the_threads_ring() {
     let data = pattern(512 * PAGE, 3);
     let (_dir, cache, f) = setup(&data, 64 * PAGE);
     let local = local_possible(&cache);
-    let before = cache.stats().io;
+    let before = cache.stats_exact().io;
     let mut x = 0x9e37_79b9_7f4a_7c15u64;
     for round in 0..2000 {
         x ^= x << 13;
@@ -94,7 +94,7 @@ fn block_on_reads_through_the_threads_ring() {
             "round {round}: page {page}"
         );
     }
-    let io = cache.stats().io.since(&before);
+    let io = cache.stats_exact().io.since(&before);
     assert_eq!(io.errors, 0, "{io:?}");
     if local {
         // No readahead, one page per folio: every request is an awaited miss, on the ring.
@@ -215,7 +215,7 @@ fn dropped_futures_and_handles_leave_nothing_in_flight() {
     assert!(pending > 0);
     drop(ring);
     assert_eq!(ThreadRing::current().unwrap().in_flight(), 0);
-    let s = cache.stats().io;
+    let s = cache.stats_exact().io;
     assert_eq!(s.in_flight, 0, "{s:?}");
     for i in 0..32 {
         let mut b = vec![0u8; PAGE];
@@ -237,7 +237,7 @@ fn one_thread_ring_keeps_many_misses_in_flight() {
     let Some(ring) = ring_for(&cache) else {
         return;
     };
-    let before = cache.stats().io;
+    let before = cache.stats_exact().io;
     let waker = ring.waker();
     let mut cx = Context::from_waker(&waker);
     let next = std::cell::Cell::new(0usize);
@@ -276,7 +276,7 @@ fn one_thread_ring_keeps_many_misses_in_flight() {
     }
     assert_eq!(ring.in_flight(), 0);
     drop(futs);
-    let io = cache.stats().io.since(&before);
+    let io = cache.stats_exact().io.since(&before);
     assert!(
         most > 8,
         "misses of many futures on the ring at once: {most}"

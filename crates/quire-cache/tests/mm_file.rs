@@ -80,7 +80,7 @@ fn writes_reach_the_store(mode: DirtyBitMode) {
     let (file, store) = file_with(&cache, data.clone());
     let space = anon.new_space(8).unwrap();
     space.map_file(&file, 0..8, 0, true).unwrap();
-    let before = cache.stats();
+    let before = cache.stats_exact();
 
     space.write(3 * PAGE + 100, b"first").unwrap();
     assert_eq!(
@@ -88,7 +88,7 @@ fn writes_reach_the_store(mode: DirtyBitMode) {
         PageState::Present { writable: true }
     );
     assert_eq!(
-        cache.stats().dirty_frames,
+        cache.stats_exact().dirty_frames,
         1,
         "the write fault dirtied the folio"
     );
@@ -101,13 +101,13 @@ fn writes_reach_the_store(mode: DirtyBitMode) {
 
     file.fsync().unwrap();
     assert_eq!(&store.synced_contents()[3 * 4096 + 100..][..5], b"first");
-    assert_eq!(cache.stats().dirty_frames, 0);
+    assert_eq!(cache.stats_exact().dirty_frames, 0);
     assert_eq!(
         space.page_state(3).unwrap(),
         PageState::Present { writable: false },
         "write-back write-protected the pte (folio_mkclean)"
     );
-    let mid = cache.stats();
+    let mid = cache.stats_exact();
     assert!(
         mid.vmstat.get(Event::DirtyTests) > before.vmstat.get(Event::DirtyTests),
         "folio_mkclean tested the frame's dirty bit"
@@ -116,7 +116,7 @@ fn writes_reach_the_store(mode: DirtyBitMode) {
     // A write after write-back faults and dirties the folio again.
     space.write(3 * PAGE + 100, b"again").unwrap();
     assert_eq!(
-        cache.stats().dirty_frames,
+        cache.stats_exact().dirty_frames,
         1,
         "the next write re-dirtied it"
     );
@@ -480,7 +480,7 @@ fn mlocked_file_pages_stay_and_the_rest_is_reclaimed() {
     for p in 0..pages {
         space.write(p * PAGE + 8, &p.to_le_bytes()).unwrap();
     }
-    let s = cache.stats();
+    let s = cache.stats_exact();
     assert!(
         s.lru(Lru::Unevictable) >= 8,
         "mlocked folios are unevictable"
@@ -582,7 +582,7 @@ fn shared_counters(mode: DirtyBitMode) {
     assert!(done > 1000, "the threads got work done ({done})");
     assert_eq!(sum, done, "every increment reached the store");
     assert!(
-        cache.stats().vmstat.get(Event::PgSteal) > 0,
+        cache.stats_exact().vmstat.get(Event::PgSteal) > 0,
         "reclaim took mapped pages"
     );
     drop(file);

@@ -85,7 +85,7 @@ fn a_file_whose_write_back_fails_is_stopped_at_the_dirty_limit_and_clean_reads_g
         let sampler = s.spawn(|| {
             let mut max = 0;
             while !stop.load(Ordering::Relaxed) {
-                max = max.max(cache.stats().dirty_frames);
+                max = max.max(cache.stats_exact().dirty_frames);
                 std::thread::sleep(Duration::from_micros(500));
             }
             max
@@ -109,13 +109,13 @@ fn a_file_whose_write_back_fails_is_stopped_at_the_dirty_limit_and_clean_reads_g
                 model.len() <= 8 * MIB + 2 * limit * PAGE,
                 "A's writes were never refused: {} bytes accepted, {:?}",
                 model.len(),
-                cache.stats()
+                cache.stats_exact()
             );
         };
         eprintln!(
             "A refused at {} MiB, {} frames dirty",
             refused_at as f64 / MIB as f64,
-            cache.stats().dirty_frames
+            cache.stats_exact().dirty_frames
         );
         assert!(refused_at >= 8 * MIB, "A's store took 8 MiB");
         assert!(a_store.fired(full) > 0);
@@ -138,7 +138,7 @@ fn a_file_whose_write_back_fails_is_stopped_at_the_dirty_limit_and_clean_reads_g
             "three more passes over B",
             Duration::from_secs(60),
             || passes.load(Ordering::Relaxed) >= p0 + 3 || reader.is_finished(),
-            || format!("{:?}", cache.stats()),
+            || format!("{:?}", cache.stats_exact()),
         );
         stop.store(true, Ordering::Relaxed);
         reader.join().unwrap();
@@ -161,7 +161,7 @@ fn a_file_whose_write_back_fails_is_stopped_at_the_dirty_limit_and_clean_reads_g
     );
     // Dirty, or under a write-back that will fail and leave it dirty again (the flusher keeps
     // trying, a whole batch of folios at a time).
-    let s = cache.stats();
+    let s = cache.stats_exact();
     assert!(
         s.dirty_frames + s.writeback_frames >= limit - folio,
         "A's data is still dirty: {s:?}"
@@ -184,7 +184,7 @@ fn a_file_whose_write_back_fails_is_stopped_at_the_dirty_limit_and_clean_reads_g
         &model,
         "everything A's writes accepted is on the store",
     );
-    assert_eq!(cache.stats().dirty_frames, 0);
+    assert_eq!(cache.stats_exact().dirty_frames, 0);
     // And A takes writes again.
     let more = pattern(CHUNK, 77);
     a.write_at(model.len() as u64, &more).unwrap();
@@ -301,7 +301,7 @@ fn dirty_folios_whose_write_back_fails_stay_dirty_and_listed_under_pressure() {
         a.write_at((i * 4 * PAGE) as u64, c).unwrap();
     }
     let eio = a_store.add(Fault::write_error(0..MAX_OFFSET).persistent());
-    assert_eq!(cache.stats().dirty_frames, 64);
+    assert_eq!(cache.stats_exact().dirty_frames, 64);
 
     let b_data = pattern(4 * MIB, 4);
     let b = cache
@@ -313,7 +313,7 @@ fn dirty_folios_whose_write_back_fails_stay_dirty_and_listed_under_pressure() {
         let sampler = s.spawn(|| {
             let mut samples = 0;
             while !stop.load(Ordering::Relaxed) {
-                let s = cache.stats();
+                let s = cache.stats_exact();
                 assert!(s.dirty_frames <= 64, "{s:?}");
                 assert_eq!(a.cached_frames(), 64, "A's dirty folios are never evicted");
                 samples += 1;
@@ -331,7 +331,7 @@ fn dirty_folios_whose_write_back_fails_stay_dirty_and_listed_under_pressure() {
         stop.store(true, Ordering::Relaxed);
         assert!(sampler.join().unwrap() > 0);
     });
-    let s = cache.stats();
+    let s = cache.stats_exact();
     eprintln!("{} write-backs failed: {:?}", a_store.fired(eio), s.vmstat);
     // Nobody but the flusher, woken by reclaim, tried to write A.
     assert!(
@@ -350,8 +350,8 @@ fn dirty_folios_whose_write_back_fails_stay_dirty_and_listed_under_pressure() {
     wait_for(
         "A's folios dirty again",
         Duration::from_secs(10),
-        || cache.stats().dirty_frames == 64,
-        || format!("{:?}", cache.stats()),
+        || cache.stats_exact().dirty_frames == 64,
+        || format!("{:?}", cache.stats_exact()),
     );
     assert_eq!(a.cached_frames(), 64);
     cache.check_lru().unwrap();
@@ -359,10 +359,10 @@ fn dirty_folios_whose_write_back_fails_stay_dirty_and_listed_under_pressure() {
         "every cached folio on a list",
         Duration::from_secs(10),
         || {
-            let s = cache.stats();
+            let s = cache.stats_exact();
             lru_total(&s) == s.cached_frames
         },
-        || format!("{:?}", cache.stats()),
+        || format!("{:?}", cache.stats_exact()),
     );
     same(&read_all(&a), &data, "A's data, never dropped");
     match a.fsync() {
@@ -380,7 +380,7 @@ fn dirty_folios_whose_write_back_fails_stay_dirty_and_listed_under_pressure() {
         &data,
         "all of A written",
     );
-    assert_eq!(cache.stats().dirty_frames, 0);
+    assert_eq!(cache.stats_exact().dirty_frames, 0);
     drop((a, b));
     check_no_leak(&cache, "write-back error at the tail");
 }
@@ -400,7 +400,7 @@ fn with_every_frame_pinned_or_locked_allocations_fail_with_no_memory_after_the_t
         cfg.alloc_timeout = Duration::from_millis(200);
         cfg.reclaim = policy;
         let cache = PageCache::new(cfg).unwrap();
-        let frames = cache.stats().frames;
+        let frames = cache.stats_exact().frames;
         assert_eq!(frames, 64);
         let data = pattern(80 * PAGE, 5);
         let f = cache
@@ -410,7 +410,7 @@ fn with_every_frame_pinned_or_locked_allocations_fail_with_no_memory_after_the_t
         for p in 0..frames as u64 {
             held.push(f.read_folio(p).unwrap());
         }
-        let s = cache.stats();
+        let s = cache.stats_exact();
         assert_eq!((s.cached_frames, s.free_frames), (frames, 0), "{what}");
         let locked: Vec<_> = held.drain(..frames / 2).map(|r| r.lock()).collect();
 
@@ -439,7 +439,7 @@ fn with_every_frame_pinned_or_locked_allocations_fail_with_no_memory_after_the_t
             "write over a pinned page",
         );
         assert_eq!(f.len(), data.len() as u64, "{what}");
-        assert_eq!(cache.stats().dirty_frames, 0, "{what}");
+        assert_eq!(cache.stats_exact().dirty_frames, 0, "{what}");
 
         drop(locked);
         drop(held);
@@ -447,7 +447,7 @@ fn with_every_frame_pinned_or_locked_allocations_fail_with_no_memory_after_the_t
         same(&b, &data[frames * PAGE..][..PAGE], &what);
         same(&read_all(&f), &data, &what);
         cache.check_lru().unwrap();
-        let s = cache.stats();
+        let s = cache.stats_exact();
         assert!(s.vmstat.get(Event::DirectReclaims) > 0, "{what}");
         drop(f);
         check_no_leak(&cache, &what);

@@ -133,8 +133,8 @@ fn dropping_the_cache_stops_its_background_reclaim_thread() {
     wait_for(
         "background reclaim at work",
         Duration::from_secs(20),
-        || cache.stats().vmstat.get(Event::KswapdWakeups) >= 3,
-        || format!("{:?}", cache.stats()),
+        || cache.stats_exact().vmstat.get(Event::KswapdWakeups) >= 3,
+        || format!("{:?}", cache.stats_exact()),
     );
     // The cache handle goes first; then, at once, the reader drops its file while this thread
     // closes the dirty one (its write-back fails, slowly; its data is dropped with it).

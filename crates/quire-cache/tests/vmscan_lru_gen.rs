@@ -4,7 +4,7 @@
 //! exact-count scenarios for uses, tiers, protection and the loop protection's admission test.
 //!
 //! Single-threaded and predictable where counts are exact: order-0 folios, no readahead,
-//! synchronous reads, a flusher that never runs, nothing dirty; `PageCache::stats` drains the
+//! synchronous reads, a flusher that never runs, nothing dirty; `PageCache::stats_exact` drains the
 //! LRU batches, so after each call every folio is on its list.
 
 mod common;
@@ -124,7 +124,7 @@ fn check_gens(cache: &PageCache, s: &CacheStats) {
     }
     let start = std::time::Instant::now();
     loop {
-        let now = cache.stats();
+        let now = cache.stats_exact();
         let on_lists = listed(&now);
         if on_lists == now.cached_frames {
             return;
@@ -184,18 +184,18 @@ proptest! {
                 }
                 Op::Reopen(file) => {
                     // Closing drops the file's folios (and its shadows) from the cache.
-                    let s = cache.stats();
+                    let s = cache.stats_exact();
                     closed_misses += files[file].misses();
                     closed_cached += s.cached_frames;
                     drop(std::mem::replace(
                         &mut files[file],
                         File::open(&cache, 192, file as u8 + 1),
                     ));
-                    closed_cached -= cache.stats().cached_frames;
+                    closed_cached -= cache.stats_exact().cached_frames;
                     seen[file].clear();
                 }
             }
-            let s = cache.stats();
+            let s = cache.stats_exact();
             check_gens(&cache, &s);
             let g = s.lru_gen.as_ref().unwrap();
             prop_assert!(g.max_seq >= last.0 && g.min_seq[0] >= last.1[0] && g.min_seq[1] >= last.1[1],
@@ -273,7 +273,7 @@ fn a_scan_does_not_flush_the_hot_set() {
             "{policy:?} loop protection {lp}: hot hit ratio {ratio}"
         );
         if policy == ReclaimPolicy::MultiGen {
-            check_gens(&cache, &cache.stats());
+            check_gens(&cache, &cache.stats_exact());
         } else {
             cache.check_lru().unwrap();
         }
@@ -328,7 +328,7 @@ fn a_scan_of_small_files_does_not_flush_a_slowly_used_hot_set() {
             ratio >= 0.95,
             "readahead {readahead} pages: hot hit ratio {ratio}"
         );
-        check_gens(&cache, &cache.stats());
+        check_gens(&cache, &cache.stats_exact());
     }
 }
 
@@ -355,7 +355,7 @@ fn a_loop_keeps_a_resident_share() {
             }
             4 * 320
         });
-        (ratio, cache.stats())
+        (ratio, cache.stats_exact())
     };
     let (protected, s) = run(ReclaimPolicy::MultiGen, true);
     let (plain, _) = run(ReclaimPolicy::MultiGen, false);
@@ -447,12 +447,12 @@ fn a_refault_is_charged_to_the_tier_it_left() {
         for p in 1..5 {
             f.read(p);
         }
-        let before = cache.stats().lru_gen.unwrap().refaulted[FILE_TYPE];
+        let before = cache.stats_exact().lru_gen.unwrap().refaulted[FILE_TYPE];
         assert_eq!(cache.shrink(1), 1);
         if reads < 5 {
             // Nothing is protected before refaults say so: page 0 goes, and comes back.
             assert!(misses_on(&f, 0), "{reads} reads: page 0 was evicted");
-            let after = cache.stats().lru_gen.unwrap().refaulted[FILE_TYPE];
+            let after = cache.stats_exact().lru_gen.unwrap().refaulted[FILE_TYPE];
             for t in 0..MAX_NR_TIERS {
                 let want = u64::from(t == tier);
                 assert_eq!(after[t] - before[t], want, "{reads} reads: tier {t}");
@@ -462,8 +462,8 @@ fn a_refault_is_charged_to_the_tier_it_left() {
             assert!(!misses_on(&f, 0), "the saturated page stayed");
             assert!(misses_on(&f, 1), "the next oldest went");
         }
-        check_gens(&cache, &cache.stats());
-        assert_eq!(cache.stats().vmstat.get(Event::KswapdWakeups), 0);
+        check_gens(&cache, &cache.stats_exact());
+        assert_eq!(cache.stats_exact().vmstat.get(Event::KswapdWakeups), 0);
     }
 }
 
@@ -494,7 +494,7 @@ fn reclaim_keeps_a_resident_in_use_with_a_reuse_on_record() {
         assert!(cached(0) && (1..5).all(|p| !cached(p)));
         assert_eq!(cache.shrink(1), 1);
         assert!(!cached(0), "page 0 went once idle");
-        check_gens(&cache, &cache.stats());
+        check_gens(&cache, &cache.stats_exact());
     }
 }
 
@@ -514,11 +514,11 @@ fn the_admission_test_turns_away_refaults_while_the_residents_are_in_use() {
     assert_eq!(f.f.cached_frames(), 4);
     // Each refault of 0..4 is a candidate and finds the oldest resident used (its one read):
     // four turned away to probation, pages 4..8 each passed by the hand.
-    let s0 = cache.stats().lru_gen.unwrap();
+    let s0 = cache.stats_exact().lru_gen.unwrap();
     for p in 0..4 {
         assert!(misses_on(&f, p), "page {p} refaults");
     }
-    let s1 = cache.stats().lru_gen.unwrap();
+    let s1 = cache.stats_exact().lru_gen.unwrap();
     assert_eq!(
         (s1.rejected - s0.rejected, s1.admitted - s0.admitted),
         (4, 0),
@@ -531,13 +531,13 @@ fn the_admission_test_turns_away_refaults_while_the_residents_are_in_use() {
     assert_eq!(cache.shrink(1), 1);
     // Its refault finds the oldest resident (page 4) idle, its mark spent by the hand: let in.
     assert!(misses_on(&f, 0), "page 0 was evicted");
-    let s2 = cache.stats().lru_gen.unwrap();
+    let s2 = cache.stats_exact().lru_gen.unwrap();
     assert_eq!(
         (s2.rejected - s1.rejected, s2.admitted - s1.admitted),
         (0, 1),
         "{s2:?}"
     );
-    check_gens(&cache, &cache.stats());
+    check_gens(&cache, &cache.stats_exact());
 }
 
 /// The start of the readahead scenarios: a cache of 256 frames with readahead of 8 pages and
@@ -576,7 +576,7 @@ fn read_ahead_waits_on_probation_for_its_reader() {
         g.gens.iter().map(|&(_, _, file)| file).sum()
     };
     let mut b = vec![0u8; PAGE];
-    let s = cache.stats();
+    let s = cache.stats_exact();
     let g = s.lru_gen.as_ref().unwrap();
     assert_eq!(g.probation[FILE_TYPE], 30, "{g:?}");
     assert!(g.probation_target < 10, "{g:?}");
@@ -586,9 +586,9 @@ fn read_ahead_waits_on_probation_for_its_reader() {
     assert!((0..20).all(|p| !cached(p)) && (20..30).all(cached));
     // Probation holds only the 10 unread ones, above its target: reclaim goes round them and
     // takes from the generations.
-    let gens_before = gens(&cache.stats());
+    let gens_before = gens(&cache.stats_exact());
     assert_eq!(cache.shrink(2), 2);
-    let s = cache.stats();
+    let s = cache.stats_exact();
     assert_eq!(
         s.lru_gen.as_ref().unwrap().probation[FILE_TYPE],
         10,
@@ -598,9 +598,9 @@ fn read_ahead_waits_on_probation_for_its_reader() {
     assert!((20..30).all(cached), "the readahead waited");
     // The next round finds them still unread, their extra turn had: the first two go, and
     // the generations are not touched.
-    let gens_before = gens(&cache.stats());
+    let gens_before = gens(&cache.stats_exact());
     assert_eq!(cache.shrink(2), 2);
-    let s = cache.stats();
+    let s = cache.stats_exact();
     assert_eq!(s.lru_gen.as_ref().unwrap().probation[FILE_TYPE], 8, "{s:?}");
     assert_eq!(gens(&s), gens_before);
     assert!(!cached(20) && !cached(21) && (22..30).all(cached));
@@ -611,7 +611,7 @@ fn read_ahead_waits_on_probation_for_its_reader() {
     }
     assert_eq!(cache.shrink(4), 4);
     assert!((22..26).all(|p| !cached(p)) && (26..30).all(cached));
-    check_gens(&cache, &cache.stats());
+    check_gens(&cache, &cache.stats_exact());
 }
 
 /// A round of reclaim that takes from the generations only because probation holds readahead
@@ -644,12 +644,12 @@ fn a_round_behind_waiting_read_ahead_takes_the_oldest_resident() {
     // And it swept nothing: the oldest residents are still marked in use, so the next
     // candidates (page 0 again, and what is read ahead with it) are turned away. After a sweep
     // they would be let in.
-    let before = test_counts(&cache.stats());
+    let before = test_counts(&cache.stats_exact());
     assert!(misses_on(&f, 0));
-    let after = test_counts(&cache.stats());
+    let after = test_counts(&cache.stats_exact());
     assert!(
         after.0 > before.0 && after.1 == before.1,
         "turned away, let in: {before:?} -> {after:?}"
     );
-    check_gens(&cache, &cache.stats());
+    check_gens(&cache, &cache.stats_exact());
 }

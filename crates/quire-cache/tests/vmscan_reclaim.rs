@@ -107,11 +107,11 @@ fn dirty_folios_at_the_tail_are_written_by_the_flusher_rotated_and_reclaimed_nex
     for (p, page) in data.chunks(PAGE).enumerate() {
         a.write_at((p * PAGE) as u64, page).unwrap();
     }
-    let s = cache.stats();
+    let s = cache.stats_exact();
     assert_eq!((s.dirty_frames, s.lru(Lru::InactiveFile)), (16, 16));
 
     assert_eq!(cache.shrink(16), 0, "every folio is dirty");
-    let s = cache.stats();
+    let s = cache.stats_exact();
     assert!(
         s.vmstat.get(Event::PgActivate) >= 16,
         "each dirty folio at the tail is parked: {s:?}"
@@ -129,8 +129,8 @@ fn dirty_folios_at_the_tail_are_written_by_the_flusher_rotated_and_reclaimed_nex
     wait_for(
         "the flusher wrote A",
         Duration::from_secs(10),
-        || cache.stats().dirty_frames == 0,
-        || format!("{:?}", cache.stats()),
+        || cache.stats_exact().dirty_frames == 0,
+        || format!("{:?}", cache.stats_exact()),
     );
     a.fsync().unwrap();
     assert_eq!(
@@ -139,7 +139,7 @@ fn dirty_folios_at_the_tail_are_written_by_the_flusher_rotated_and_reclaimed_nex
         "every page of A written once, by the flusher"
     );
     same(&store.inner.synced_contents(), &data, "A on its store");
-    let s = cache.stats();
+    let s = cache.stats_exact();
     assert_eq!(s.vmstat.get(Event::PgRotated), 16, "{s:?}");
     assert_eq!((s.lru(Lru::InactiveFile), s.lru(Lru::ActiveFile)), (32, 0));
     assert_eq!(s.vmstat.get(Event::PgSteal), 0);
@@ -151,7 +151,7 @@ fn dirty_folios_at_the_tail_are_written_by_the_flusher_rotated_and_reclaimed_nex
         "only the index holds A's folios",
         Duration::from_secs(10),
         || only_the_index_holds(&cache),
-        || format!("{:?}", cache.stats()),
+        || format!("{:?}", cache.stats_exact()),
     );
     for i in 0..16 {
         assert_eq!(cache.shrink(1), 1);
@@ -162,7 +162,7 @@ fn dirty_folios_at_the_tail_are_written_by_the_flusher_rotated_and_reclaimed_nex
         );
     }
     assert_eq!(a.cached_frames(), 0);
-    let s = cache.stats();
+    let s = cache.stats_exact();
     assert_eq!(s.vmstat.get(Event::PgSteal), 16);
     assert_eq!(s.vmstat.get(Event::DirectReclaims), 0);
     same(&read_all(&a), &data, "A read back");
@@ -201,7 +201,7 @@ fn a_sequential_stream_is_reclaimed_by_the_background_thread() {
                 same(&buf, &data[off..off + buf.len()], "stream");
             }
         }
-        let s = cache.stats();
+        let s = cache.stats_exact();
         let (direct, allocs) = (
             s.vmstat.get(Event::DirectReclaims),
             s.vmstat.get(Event::FolioAllocs),
@@ -285,7 +285,7 @@ fn the_clock_keeps_every_byte() {
             }
         }
     }
-    let s = cache.stats();
+    let s = cache.stats_exact();
     assert_eq!(lru_total(&s), 0, "the clock keeps no lists");
     assert_eq!(s.vmstat.get(Event::KswapdWakeups), 0);
     assert!(

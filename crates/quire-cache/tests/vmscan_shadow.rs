@@ -113,7 +113,7 @@ fn stream(shrinker: bool, policy: ReclaimPolicy, budget: usize) -> Run {
     let cache = PageCache::new(config(shrinker, policy, budget)).unwrap();
     let f = cache.open(Synthetic { len: file }).unwrap();
     let mut buf = vec![0u8; 64 << 10];
-    let mut max_shadow = (0, cache.stats());
+    let mut max_shadow = (0, cache.stats_exact());
     let mut max_heap = 0;
     let start = Instant::now();
     for (i, off) in (0..file).step_by(buf.len()).enumerate() {
@@ -127,7 +127,7 @@ fn stream(shrinker: bool, policy: ReclaimPolicy, budget: usize) -> Run {
             );
         }
         if i % 4 == 3 {
-            let s = cache.stats();
+            let s = cache.stats_exact();
             if s.shadow_nodes > max_shadow.0 {
                 max_shadow = (s.shadow_nodes, s.clone());
             }
@@ -139,15 +139,15 @@ fn stream(shrinker: bool, policy: ReclaimPolicy, budget: usize) -> Run {
     // it finishes.
     let pages = file / PAGE as u64;
     let adds_up = |s: &CacheStats| s.vmstat.get(Event::Evictions) + s.cached_frames as u64 == pages;
-    let mut end = cache.stats();
+    let mut end = cache.stats_exact();
     wait_for(
         &format!("{what}: every page read once, then evicted or still cached"),
         Duration::from_secs(5),
         || {
-            end = cache.stats();
+            end = cache.stats_exact();
             adds_up(&end)
         },
-        || format!("{:?}", cache.stats()),
+        || format!("{:?}", cache.stats_exact()),
     );
     eprintln!(
         "{what}: streamed {} MiB in {:?}: {} shadow nodes (limit {}, most sampled {}), {} index \
@@ -163,7 +163,7 @@ fn stream(shrinker: bool, policy: ReclaimPolicy, budget: usize) -> Run {
         end.vmstat.get(Event::WorkingsetNodereclaim)
     );
     drop(f);
-    let s = cache.stats();
+    let s = cache.stats_exact();
     assert_eq!(
         (s.index_nodes, s.index_heap_bytes, s.shadow_nodes),
         (0, 0, 0),

@@ -45,10 +45,10 @@ fn lists_hold_every_cached_folio(cache: &PageCache, what: &str) {
         what,
         Duration::from_secs(10),
         || {
-            let s = cache.stats();
+            let s = cache.stats_exact();
             lru_total(&s) == s.cached_frames
         },
-        || format!("lists and cached frames differ: {:?}", cache.stats()),
+        || format!("lists and cached frames differ: {:?}", cache.stats_exact()),
     );
 }
 
@@ -57,15 +57,15 @@ fn lists_hold_every_cached_folio(cache: &PageCache, what: &str) {
 fn counters_add_up(cache: &PageCache, what: &str) {
     // Background reclaim counts a batch's steals after evicting it: take figures read while
     // no batch was in flight.
-    let mut v = cache.stats().vmstat;
+    let mut v = cache.stats_exact().vmstat;
     wait_for(
         what,
         Duration::from_secs(5),
         || {
-            v = cache.stats().vmstat;
+            v = cache.stats_exact().vmstat;
             v.get(Event::PgSteal) == v.get(Event::Evictions)
         },
-        || format!("{:?}", cache.stats().vmstat),
+        || format!("{:?}", cache.stats_exact().vmstat),
     );
     let get = |e: Event| v.get(e);
     assert!(get(Event::PgSteal) > 0, "{what}: reclaim ran: {v:?}");
@@ -188,13 +188,13 @@ fn finish(cache: &PageCache, files: Vec<Owned>, what: &str) {
         same(&read_all(&o.f), &m, what);
         same(&o.store.contents(), &m, what);
     }
-    assert_eq!(cache.stats().dirty_frames, 0, "{what}");
+    assert_eq!(cache.stats_exact().dirty_frames, 0, "{what}");
     lists_hold_every_cached_folio(cache, what);
     let per_file: usize = files.iter().map(|o| o.f.cached_frames()).sum();
-    assert_eq!(per_file, cache.stats().cached_frames, "{what}");
+    assert_eq!(per_file, cache.stats_exact().cached_frames, "{what}");
     counters_add_up(cache, what);
     drop(files);
-    let s = cache.stats();
+    let s = cache.stats_exact();
     assert_eq!(lru_total(&s), 0, "{what}: the lists are empty: {s:?}");
     check_no_leak(cache, what);
 }
@@ -248,7 +248,7 @@ fn threads_on_three_files_keep_the_lists_and_the_data_whole() {
         s.spawn(|| {
             let mut samples = 0u64;
             while !stop.load(Ordering::Relaxed) {
-                let st = cache.stats();
+                let st = cache.stats_exact();
                 assert!(st.cached_frames <= st.frames, "{st:?}");
                 assert!(st.dirty_frames <= st.frames, "{st:?}");
                 assert!(lru_total(&st) <= st.frames, "{st:?}");
@@ -261,7 +261,7 @@ fn threads_on_three_files_keep_the_lists_and_the_data_whole() {
         stop.store(true, Ordering::Relaxed);
     });
     let ops = ops.load(Ordering::Relaxed);
-    let s = cache.stats();
+    let s = cache.stats_exact();
     eprintln!("{ops} operations: {:?}", s.vmstat);
     assert!(ops > 100, "the threads made progress");
     assert!(s.vmstat.get(Event::KswapdWakeups) > 0);

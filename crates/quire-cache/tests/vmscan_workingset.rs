@@ -13,7 +13,7 @@
 //!   scan is one frame, and the inactive list is never "low". Only a round after refaults
 //!   activated moves frames off the active tail first, as many as were activated (the rule in
 //!   `vmscan/reclaim.rs`);
-//! - [`PageCache::stats`] drains the LRU batches, so after each call every folio is on its list
+//! - [`PageCache::stats_exact`] drains the LRU batches, so after each call every folio is on its list
 //!   and the workingset size (the active list) is exact. The tests call it after every refault.
 //!
 //! The rule under test (`vmscan/workingset.rs`): the non-resident age advances by one on every
@@ -87,7 +87,7 @@ fn ev(s: &CacheStats, e: Event) -> u64 {
 
 /// (inactive file, active file) frames, after draining the batches.
 fn lists(cache: &PageCache) -> (usize, usize) {
-    let s = cache.stats();
+    let s = cache.stats_exact();
     (s.lru(Lru::InactiveFile), s.lru(Lru::ActiveFile))
 }
 
@@ -108,12 +108,12 @@ fn evict_tail(cache: &PageCache, n: usize) {
 /// exact active list); returns how many refaults activated.
 #[track_caller]
 fn refault_each(cache: &PageCache, file: &File, pages: impl IntoIterator<Item = usize>) -> u64 {
-    let before = ev(&cache.stats(), Event::WorkingsetActivate);
+    let before = ev(&cache.stats_exact(), Event::WorkingsetActivate);
     for p in pages {
         file.read(p);
-        cache.stats();
+        cache.stats_exact();
     }
-    ev(&cache.stats(), Event::WorkingsetActivate) - before
+    ev(&cache.stats_exact(), Event::WorkingsetActivate) - before
 }
 
 /// Nothing but the test's own `shrink` calls reclaimed.
@@ -149,7 +149,7 @@ fn refaults_within_the_active_list_activate_and_distant_ones_do_not() {
         file.read_each(0..16);
         assert_eq!(lists(&cache), (16, 0), "{what}: new folios are inactive");
         file.read_each(0..16);
-        let s = cache.stats();
+        let s = cache.stats_exact();
         assert_eq!(
             (s.lru(Lru::InactiveFile), s.lru(Lru::ActiveFile)),
             (0, 16),
@@ -164,7 +164,7 @@ fn refaults_within_the_active_list_activate_and_distant_ones_do_not() {
 
         // 3. Evict pages 16..64.
         evict_tail(&cache, 48);
-        let s = cache.stats();
+        let s = cache.stats_exact();
         assert_eq!(
             (s.lru(Lru::InactiveFile), s.lru(Lru::ActiveFile)),
             (48, 16),
@@ -193,7 +193,7 @@ fn refaults_within_the_active_list_activate_and_distant_ones_do_not() {
             if workingset { 15 } else { 0 },
             "{what}: close refaults"
         );
-        let s = cache.stats();
+        let s = cache.stats_exact();
         if workingset {
             assert_eq!(
                 (s.lru(Lru::InactiveFile), s.lru(Lru::ActiveFile)),
@@ -214,7 +214,7 @@ fn refaults_within_the_active_list_activate_and_distant_ones_do_not() {
         let act = refault_each(&cache, &file, 16..32);
         assert_eq!(act, 0, "{what}: distant refaults never activate");
 
-        let s = cache.stats();
+        let s = cache.stats_exact();
         assert_eq!(ev(&s, Event::WorkingsetRefault), 33, "{what}");
         assert_eq!(
             ev(&s, Event::WorkingsetActivate),
@@ -286,10 +286,10 @@ fn a_refault_of_a_working_set_folio_is_a_restore() {
     // 3.
     evict_tail(&cache, 8);
     assert_eq!(a.f.cached_frames(), 0, "A went first");
-    assert_eq!(cache.stats().nonresident_age, 24);
+    assert_eq!(cache.stats_exact().nonresident_age, 24);
     // 4.
     assert_eq!(refault_each(&cache, &a, (0..8).rev()), 8);
-    let s = cache.stats();
+    let s = cache.stats_exact();
     assert_eq!((s.lru(Lru::InactiveFile), s.lru(Lru::ActiveFile)), (32, 24));
     assert_eq!(
         ev(&s, Event::WorkingsetRestore),
@@ -304,12 +304,12 @@ fn a_refault_of_a_working_set_folio_is_a_restore() {
     h.read_each(0..8);
     assert_eq!(lists(&cache), (40, 8));
     h.read_each(0..8);
-    let s = cache.stats();
+    let s = cache.stats_exact();
     assert_eq!((s.lru(Lru::InactiveFile), s.lru(Lru::ActiveFile)), (32, 16));
     assert_eq!(s.nonresident_age, 40);
     // 7.
     assert_eq!(cache.shrink(1), 1);
-    let s = cache.stats();
+    let s = cache.stats_exact();
     assert_eq!(
         ev(&s, Event::PgDeactivate),
         8,
@@ -327,11 +327,11 @@ fn a_refault_of_a_working_set_folio_is_a_restore() {
     evict_tail(&cache, 8);
     assert_eq!(a.f.cached_frames(), 0, "A went first again");
     assert_eq!(c.f.cached_frames(), 8);
-    assert_eq!(cache.stats().nonresident_age, 49);
+    assert_eq!(cache.stats_exact().nonresident_age, 49);
     // 11.
     assert_eq!(refault_each(&cache, &a, 0..8), 8);
 
-    let s = cache.stats();
+    let s = cache.stats_exact();
     assert_eq!(ev(&s, Event::WorkingsetRefault), 16);
     assert_eq!(ev(&s, Event::WorkingsetActivate), 16);
     assert_eq!(ev(&s, Event::WorkingsetRestore), 8);
@@ -372,7 +372,7 @@ fn the_clock_counts_refaults_and_never_activates() {
     }
     assert_eq!(freed, 64, "everything is clean and unused");
     file.read_each(0..64);
-    let s = cache.stats();
+    let s = cache.stats_exact();
     assert_eq!(ev(&s, Event::WorkingsetRefault), 64);
     assert_eq!(ev(&s, Event::WorkingsetActivate), 0);
     assert_eq!(common::lru_total(&s), 0, "the clock keeps no lists");
@@ -405,7 +405,7 @@ fn a_page_read_twice_with_other_reads_between_is_activated() {
     for p in [3u64, 15, 3, 15] {
         f.read_exact_at(p * PAGE as u64, &mut b).unwrap();
     }
-    let s = cache.stats();
+    let s = cache.stats_exact();
     assert_eq!(
         (s.lru(Lru::InactiveFile), s.lru(Lru::ActiveFile)),
         (14, 2),

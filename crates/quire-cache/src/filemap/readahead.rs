@@ -220,7 +220,7 @@ impl Readahead {
             unsafe { &*(s as *const ReadEnds) }
         });
         // Cell by cell: copying the whole table in and out cost a store-forwarding stall per
-        // read (`docs/BENCHMARKS.md`, issue 12).
+        // read (`docs/BENCHMARKS.md`).
         let found = s.ends.iter().position(|e| e.get().0 == key);
         let (slot, prev) = match found {
             Some(i) => (i, Some(s.ends[i].get().1)),
@@ -263,8 +263,9 @@ const READ_END_SLOTS: usize = 4;
 
 /// A thread's last read ends: `(handle id, end byte)` pairs, replaced round robin. Keyed by
 /// [`Readahead`]'s never-reused id rather than its address: a handle opened at a dropped one's
-/// address used to inherit its end and skip an access marking (which made the exact-count test
-/// `vmscan_workingset::a_refault_of_a_working_set_folio_is_a_restore` fail in release builds).
+/// address would inherit its end and skip an access marking (the exact-count test
+/// `vmscan_workingset::a_refault_of_a_working_set_folio_is_a_restore` sees that in release
+/// builds).
 struct ReadEnds {
     ends: [Cell<(u64, u64)>; READ_END_SLOTS],
     next: Cell<u8>,

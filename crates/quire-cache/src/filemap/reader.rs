@@ -2,7 +2,7 @@
 //!
 //! Every lookup of [`CachedFile`] enters a read-side critical section of its own
 //! ([`crate::sync::rcu::pin`]): a thread-local lookup and a full fence, about a quarter of a
-//! cached hit's time (`docs/BENCHMARKS.md`, issue 12). A `FileReader` keeps one guard across
+//! cached hit's time (`docs/BENCHMARKS.md`). A `FileReader` keeps one guard across
 //! its reads and leaves it every [`REPIN_EVERY`] hits, so that grace periods (the frees of
 //! index nodes that other threads unlinked) still come; a read that is not a plain hit (a miss,
 //! a readahead marker, a folio not yet up to date, a read across folios or past the end of the

@@ -1,14 +1,21 @@
 //! [`CacheStats`]: what a [`super::PageCache`] holds and has done, as a struct and printed as
 //! `/proc/meminfo` and `/proc/vmstat` print theirs.
 
-use super::*;
+use crate::stats::Snapshot;
+use crate::vmscan::{Lru, Watermarks, NR_LRU_LISTS};
 
-/// What the cache holds at one moment, and what its reclaim has done so far.
+/// What the cache holds, and what its reclaim has done so far, as
+/// [`PageCache::stats`](super::PageCache::stats) reads it from the counters: each figure is
+/// exact at its last change, but they are read one after another, not at one moment. Folios
+/// waiting in a per-CPU batch (15 at most per batch) are not yet on the LRU lists
+/// (`lru_frames`, `lru_gen`), and frames freed while a zero-copy borrow of them was live are
+/// not yet free (`free_frames`) until the allocator frees them; with the `bench-internals`
+/// feature, `PageCache::stats_exact` applies the batches and frees those first.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CacheStats {
     /// Frames in the pool.
     pub frames: usize,
-    /// Frames free in the allocator (including its per-thread caches).
+    /// Frames free in the allocator (including its per-thread caches), at its last change.
     pub free_frames: usize,
     /// Frames of folios in some mapping's index.
     pub cached_frames: usize,
@@ -17,11 +24,14 @@ pub struct CacheStats {
     /// Frames of folios under write-back (`NR_WRITEBACK`); with `dirty_frames`, what the dirty
     /// limit counts.
     pub writeback_frames: usize,
-    /// Files open (mappings alive).
+    /// Files open (mappings not yet closed).
     pub files: usize,
-    /// Frames on each LRU list, indexed by [`Lru`] (all zero under the clock policy).
+    /// Frames on each LRU list, indexed by [`Lru`] (all zero under the clock policy); folios
+    /// still in a per-CPU batch are not counted yet.
     pub lru_frames: [usize; NR_LRU_LISTS],
-    /// Index nodes of every open file, and the heap bytes they take (beside the budget).
+    /// Index nodes of the files, and the heap bytes they take (beside the budget); kept as
+    /// one count beside the shadow-node list, so nodes of a file that was just closed count
+    /// until its index is freed.
     pub index_nodes: usize,
     /// `index_nodes` times the size of a node.
     pub index_heap_bytes: usize,

@@ -398,7 +398,7 @@ impl AnonMemory {
         self.inner.dirty.kind()
     }
 
-    /// What the memory holds now (drains the LRU batches first, as [`PageCache::stats`]).
+    /// What the memory holds now (drains the LRU batches first, so that the figures add up).
     pub fn stats(&self) -> AnonStats {
         let i = &self.inner;
         i.cache.vm().drain_all(i.cache.pool());

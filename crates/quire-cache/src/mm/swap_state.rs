@@ -404,6 +404,7 @@ impl AnonOwner for AnonInner {
         self.swap.as_ref().is_some_and(|s| s.used() < s.slots())
     }
 
+    #[cfg(feature = "bench-internals")]
     fn owns(&self, f: &Folio) -> bool {
         (f.is_swapcache()
             && {

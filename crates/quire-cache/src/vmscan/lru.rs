@@ -26,7 +26,7 @@ use crate::sync::loom::{Mutex, MutexGuard};
 
 use super::lru_gen::{type_of, GenState, MAX_NR_GENS, PROBATION_GEN};
 use super::Vmscan;
-use crate::mem::folio::{Folio, ACTIVE, ANON, GEN_MASK, GEN_SHIFT, LRU, PROBATION, UNEVICTABLE};
+use crate::mem::folio::{Folio, ACTIVE, ANON, GEN_MASK, GEN_SHIFT, PROBATION, UNEVICTABLE};
 use crate::mem::pool::FramePool;
 
 /// No folio (an empty link).
@@ -76,6 +76,7 @@ pub(crate) fn list_of(flags: u64) -> usize {
 }
 
 /// A list's name: the classic names, and `gen<g>_anon` / `gen<g>_file`.
+#[cfg(any(feature = "bench-internals", loom))]
 fn list_name(l: usize) -> String {
     if l < NR_LRU_LISTS {
         Lru::ALL[l].name().to_string()
@@ -383,6 +384,7 @@ impl<'a> LruGuard<'a> {
     }
 
     /// Every folio on list `l` (by index), head to tail (for tests and the invariant check).
+    #[cfg(any(feature = "bench-internals", loom))]
     pub(crate) fn walk(&self, l: usize) -> Vec<&'a Folio> {
         let mut out = Vec::new();
         let mut at = self.lists.ends[l].head;
@@ -398,6 +400,7 @@ impl<'a> LruGuard<'a> {
     /// list its flags name, the frame counts add up, and (multi-generational LRU) every
     /// generation list that holds folios is a generation between its type's `min_seq` and
     /// `max_seq`. Returns the frames on each list.
+    #[cfg(any(feature = "bench-internals", loom))]
     pub(crate) fn check(&self) -> Result<[usize; NR_LISTS], String> {
         let mut out = [0; NR_LISTS];
         for (l, counted) in out.iter_mut().enumerate() {
@@ -408,7 +411,7 @@ impl<'a> LruGuard<'a> {
             while at != NIL {
                 let f = self.folio(at);
                 let flags = f.flags();
-                if !f.is_head() || flags & LRU == 0 {
+                if !f.is_head() || flags & crate::mem::folio::LRU == 0 {
                     return Err(format!("{name}: frame {at} is not a listed folio"));
                 }
                 if list_of(flags) != l {

@@ -220,6 +220,7 @@ pub(crate) trait AnonOwner: Send + Sync {
     fn can_swap(&self) -> bool;
     /// Whether `f` (anonymous, on a list) belongs to a live space family or the swap cache
     /// (for the list checks of tests).
+    #[cfg(feature = "bench-internals")]
     fn owns(&self, f: &Folio) -> bool;
 }
 
@@ -358,6 +359,7 @@ impl Vmscan {
 
     /// Checks the lists' links and counts, and that every listed folio passes `in_index`
     /// (under the LRU lock; for tests).
+    #[cfg(any(feature = "bench-internals", loom))]
     pub(crate) fn check_lists(
         &self,
         pool: &crate::mem::pool::FramePool,

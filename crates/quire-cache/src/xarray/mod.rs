@@ -751,6 +751,9 @@ impl<P: XaPointer> Drop for XArray<P> {
         // No reader can be inside: loads borrow the array for their guard's lifetime.
         let h = self.head.load(Ordering::Acquire);
         let list = self.list.as_ref().map(|(l, _)| &**l);
+        if let Some(list) = list {
+            list.sub_nodes(self.node_count());
+        }
         // SAFETY: the tree is exclusively ours; every node and pointer in it is freed once.
         unsafe { free_tree_now::<P>(h, list) };
     }

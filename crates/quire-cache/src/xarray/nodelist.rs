@@ -36,6 +36,9 @@ use super::{Node, XArray, XaPointer};
 pub struct NodeList {
     inner: Mutex<Ends>,
     len: AtomicUsize,
+    /// Nodes in the trees of the arrays made with this list, listed or not (changed under the
+    /// array's lock, so one relaxed add or subtract per node allocated or freed).
+    nodes: AtomicUsize,
 }
 
 /// First and last node addresses (0 for none).
@@ -78,6 +81,24 @@ impl NodeList {
     /// Nodes on the list.
     pub fn len(&self) -> usize {
         self.len.load(Ordering::Relaxed)
+    }
+
+    /// Nodes in the trees of every array made with this list, listed or not (for a page
+    /// cache, the index nodes of all its files), at the arrays' last changes: the sum of their
+    /// [`XArray::node_count`]s without visiting them. An array's nodes leave the count when
+    /// they are retired, or when the array is dropped.
+    pub fn array_nodes(&self) -> usize {
+        self.nodes.load(Ordering::Relaxed)
+    }
+
+    /// Counts `n` nodes more in the arrays of this list.
+    pub(super) fn add_nodes(&self, n: usize) {
+        self.nodes.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Counts `n` nodes fewer in the arrays of this list.
+    pub(super) fn sub_nodes(&self, n: usize) {
+        self.nodes.fetch_sub(n, Ordering::Relaxed);
     }
 
     /// Whether the list is empty.

@@ -175,11 +175,17 @@ impl<'a, P: XaPointer> XaLock<'a, P> {
     fn alloc_node(&self, shift: u32, base: u64) -> *const Node {
         stats::count(Event::XaNodeAllocs);
         self.xa.nodes.fetch_add(1, Ordering::Relaxed);
+        if let Some((list, _)) = &self.xa.list {
+            list.add_nodes(1);
+        }
         Box::into_raw(Box::new(Node::new(shift, base)))
     }
 
     fn adopt(&self, node: Box<Node>) -> *const Node {
         self.xa.nodes.fetch_add(1, Ordering::Relaxed);
+        if let Some((list, _)) = &self.xa.list {
+            list.add_nodes(1);
+        }
         Box::into_raw(node)
     }
 
@@ -218,6 +224,7 @@ impl<'a, P: XaPointer> XaLock<'a, P> {
         if let Some((list, _)) = &self.xa.list {
             // SAFETY: we hold the array's lock; the node is alive until the epoch frees it.
             unsafe { list.set_listed(p, false, 0) };
+            list.sub_nodes(1);
         }
         stats::count(Event::XaNodeFrees);
         self.xa.nodes.fetch_sub(1, Ordering::Relaxed);

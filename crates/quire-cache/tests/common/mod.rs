@@ -103,7 +103,7 @@ pub fn quiet_config(capacity: usize) -> CacheConfig {
 pub fn check_no_leak(cache: &PageCache, what: &str) {
     // A count that never comes down is a leak.
     let counts = || {
-        let s = cache.stats();
+        let s = cache.stats_exact();
         (s.cached_frames, s.dirty_frames, s.files)
     };
     wait_for(
@@ -116,11 +116,11 @@ pub fn check_no_leak(cache: &PageCache, what: &str) {
         &format!("{what}: frames leaked"),
         Duration::from_secs(5),
         || {
-            let s = cache.stats();
+            let s = cache.stats_exact();
             s.free_frames == s.frames
         },
         || {
-            let s = cache.stats();
+            let s = cache.stats_exact();
             format!("{} of {} free", s.free_frames, s.frames)
         },
     );

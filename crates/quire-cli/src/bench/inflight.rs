@@ -572,12 +572,12 @@ fn zipf_case(
         let file = cache.open(direct_store(b, path, false)?)?;
         (v.reads)(&file, &trace[..warm], depth)?;
         let before = Snapshot::take();
-        let io_before = cache.stats().io;
+        let io_before = cache.stats_exact().io;
         let t0 = Instant::now();
         let polling = (v.reads)(&file, &trace[warm..], depth)?;
         let secs = t0.elapsed().as_secs_f64();
         let d = Snapshot::take().since(&before);
-        let io = cache.stats().io.since(&io_before);
+        let io = cache.stats_exact().io.since(&io_before);
         let (missed, ahead) = (d.get(Event::PageCacheMisses), d.get(Event::Readahead));
         b.record(case, v.name, 1, "iops", ops as f64 / secs, "1/s");
         let read = (missed + ahead) as f64;
@@ -797,7 +797,7 @@ fn fsync_case(b: &mut Bench, sz: &Sizes, scratch: &Scratch) -> anyhow::Result<()
             file.write_all_at(off, &buf)?;
             off += CHUNK as u64;
         }
-        let dirty = cache.stats().dirty_frames as u64 * PAGE as u64;
+        let dirty = cache.stats_exact().dirty_frames as u64 * PAGE as u64;
         ensure!(
             dirty == size,
             "{case}: {dirty} of {size} bytes dirty before the fsync (written back early)"
@@ -806,7 +806,7 @@ fn fsync_case(b: &mut Bench, sz: &Sizes, scratch: &Scratch) -> anyhow::Result<()
         file.fsync()?;
         let t = t0.elapsed();
         ensure!(
-            cache.stats().dirty_frames == 0,
+            cache.stats_exact().dirty_frames == 0,
             "{case}: dirty frames after the fsync"
         );
         b.record(case, "quire-sync", 1, "seconds", t.as_secs_f64(), "s");

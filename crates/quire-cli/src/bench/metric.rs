@@ -31,8 +31,12 @@ impl Better {
             | "walks_per_cpu_s" | "objects_per_s" => Higher,
             // What stayed in memory.
             "hit_ratio" | "hot_hit_ratio" | "demand_hit_ratio" => Higher,
+            // What a reader keeps of its throughput beside other work on the cache.
+            "iops_share_unmonitored" => Higher,
             // Time per unit of work.
-            "ns_per_op" | "ns_per_page" | "ns_per_test" | "lat_us" | "seconds" => Lower,
+            "ns_per_op" | "ns_per_page" | "ns_per_test" | "ns_per_stats" | "lat_us" | "seconds" => {
+                Lower
+            }
             // Work or waiting per unit of work: each is overhead the "after" variant removes.
             "ctx_switches_per_op"
             | "ctx_switches_per_walk"
@@ -103,6 +107,7 @@ mod tests {
         ("object.rs", include_str!("object.rs")),
         ("pagelock.rs", include_str!("pagelock.rs")),
         ("read.rs", include_str!("read.rs")),
+        ("stats.rs", include_str!("stats.rs")),
         ("unmap.rs", include_str!("unmap.rs")),
         ("write.rs", include_str!("write.rs")),
         ("xarray.rs", include_str!("xarray.rs")),

@@ -25,6 +25,7 @@ mod pagelock;
 pub(crate) mod plot;
 mod read;
 pub(crate) mod report;
+mod stats;
 mod table;
 mod unmap;
 pub(crate) mod variants;
@@ -70,6 +71,7 @@ pub const SUITES: &[Suite] = &[
     fuse::SUITE,
     inflight::SUITE,
     object::SUITE,
+    stats::SUITE,
 ];
 
 /// What a run asks of every suite, as the suites' step counts need it.

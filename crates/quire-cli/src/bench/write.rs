@@ -89,9 +89,9 @@ fn quire_run(
     let t = t0.elapsed();
     drop(file);
     ensure!(
-        cache.stats().cached_frames == 0,
+        cache.stats_exact().cached_frames == 0,
         "{} frames still cached after the file was closed",
-        cache.stats().cached_frames
+        cache.stats_exact().cached_frames
     );
     Ok(t)
 }

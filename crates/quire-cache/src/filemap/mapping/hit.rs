@@ -1,4 +1,4 @@
-//! The hit paths of a read (issue 12): a cached folio found and used without the full path —
+//! The hit paths of a read: a cached folio found and used without the full path —
 //! for copies without taking a reference (the folio's byte sequence vouches for the copy), and
 //! through [`Translation`]s, without an index walk: those a [`crate::filemap::FileReader`]
 //! keeps, and each thread's own for the handles' hits ([`Mapping::thread_translation`]).

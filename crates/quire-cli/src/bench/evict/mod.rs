@@ -247,7 +247,7 @@ fn record_q(
 /// Records what reclaim cost per evicted page over the cache's life (`reclaim_ns` /
 /// `evictions`), when it evicted anything.
 fn record_reclaim_cost(b: &mut Bench, case: &str, v: &Variant, threads: usize, cache: &PageCache) {
-    let s = cache.stats().vmstat;
+    let s = cache.stats_exact().vmstat;
     let evicted = s.get(Event::Evictions);
     if evicted > 0 {
         let ns = s.get(Event::ReclaimNs) as f64 / evicted as f64;
@@ -496,7 +496,7 @@ fn zipf_case(b: &mut Bench, sz: &Sizes, files: &Files) -> anyhow::Result<()> {
             "1/s",
         );
         // The free reserve background reclaim keeps (frames not holding cached data).
-        let s = cache.stats();
+        let s = cache.stats_exact();
         record_q(
             b,
             "zipf",
@@ -800,7 +800,7 @@ fn switch_case(b: &mut Bench, sz: &Sizes, files: &Files) -> anyhow::Result<()> {
         for turn in 0..SWITCH_TURNS {
             let file = &opened[turn % 2];
             let before = file.store_bytes_read();
-            let vm = cache.stats().vmstat;
+            let vm = cache.stats_exact().vmstat;
             let t0 = Instant::now();
             let mut n = 0;
             for _ in 0..SWITCH_PASSES {
@@ -810,7 +810,7 @@ fn switch_case(b: &mut Bench, sz: &Sizes, files: &Files) -> anyhow::Result<()> {
                 secs += t0.elapsed().as_secs_f64();
                 asked += n;
                 read += file.store_bytes_read() - before;
-                let now = cache.stats().vmstat;
+                let now = cache.stats_exact().vmstat;
                 refaults += now.get(Event::WorkingsetRefault) - vm.get(Event::WorkingsetRefault);
                 activated += now.get(Event::WorkingsetActivate) - vm.get(Event::WorkingsetActivate);
             }
@@ -901,7 +901,7 @@ fn readonce_case(b: &mut Bench, sz: &Sizes, files: &Files) -> anyhow::Result<()>
             .iter()
             .map(|p| open_counted(b, &cache, p))
             .collect::<anyhow::Result<_>>()?;
-        let before = cache.stats().vmstat;
+        let before = cache.stats_exact().vmstat;
         let t0 = Instant::now();
         let total = std::thread::scope(|s| -> anyhow::Result<u64> {
             let readers: Vec<_> = handles
@@ -920,7 +920,7 @@ fn readonce_case(b: &mut Bench, sz: &Sizes, files: &Files) -> anyhow::Result<()>
             Ok(total)
         })?;
         let secs = t0.elapsed().as_secs_f64();
-        let ev = cache.stats().vmstat.since(&before);
+        let ev = cache.stats_exact().vmstat.since(&before);
         let gib = total as f64 / (1u64 << 30) as f64;
         // Bytes read from the store per byte asked for: above 1 where readahead was evicted
         // before its reader reached it and read again.
@@ -1012,10 +1012,10 @@ fn shadow_case(b: &mut Bench, sz: &Sizes) -> anyhow::Result<()> {
             ensure!(first == off, "wrong bytes at {off}");
             off += n as u64;
             if off % (4 << 20) == 0 {
-                peak = peak.max(cache.stats().index_heap_bytes);
+                peak = peak.max(cache.stats_exact().index_heap_bytes);
             }
         }
-        peak = peak.max(cache.stats().index_heap_bytes);
+        peak = peak.max(cache.stats_exact().index_heap_bytes);
         b.record(
             "shadow-memory",
             variant,

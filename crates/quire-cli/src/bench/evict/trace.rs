@@ -596,7 +596,7 @@ fn replay(cfg: CacheConfig, trace: &Trace) -> anyhow::Result<Outcome> {
         replayer_reads: AtomicU64::new(0),
     });
     let file = cache.open(store.clone())?;
-    let before = cache.stats().vmstat;
+    let before = cache.stats_exact().vmstat;
     let mut buf = vec![0u8; PAGE];
     let mut waited = 0u64;
     for (i, &p) in trace.pages.iter().enumerate() {
@@ -611,7 +611,7 @@ fn replay(cfg: CacheConfig, trace: &Trace) -> anyhow::Result<Outcome> {
             .all(|(w, o)| u64::from_le_bytes(w.try_into().expect("8 bytes")) == o);
         ensure!(right, "access {i}: wrong bytes in page {p}");
     }
-    let vm = cache.stats().vmstat.since(&before);
+    let vm = cache.stats_exact().vmstat.since(&before);
     let read_pages = store.inner.bytes_read() / PAGE as u64;
     let asked = trace.pages.len() as f64;
     Ok(Outcome {

@@ -1,0 +1,80 @@
+//! `PageCache::stats` reads counters only: once the per-CPU batches are applied
+//! (`stats_exact`), its figures are those that visiting every file and counting under the
+//! allocator's locks give, and they follow files opening, growing and closing.
+
+mod common;
+
+use quire::filemap::{CacheConfig, PageCache};
+use quire::store::MemStore;
+
+const PAGE: usize = 4096;
+
+/// Reads every page of `f`.
+fn read_whole(f: &quire::CachedFile) {
+    let mut buf = vec![0u8; PAGE];
+    for off in (0..f.len()).step_by(PAGE) {
+        f.read_exact_at(off, &mut buf).unwrap();
+    }
+}
+
+#[test]
+fn counters_agree_with_the_exact_figures_once_the_batches_are_applied() {
+    let mut cfg = CacheConfig::new(16 << 20);
+    cfg.readahead_max = 0;
+    let cache = PageCache::new(cfg).unwrap();
+    // Files large enough that their indexes need nodes (64 pages per node).
+    let files: Vec<_> = (0..6)
+        .map(|i| {
+            cache
+                .open(MemStore::from_vec(vec![i as u8; (i + 1) * 300 * PAGE]))
+                .unwrap()
+        })
+        .collect();
+    for f in &files {
+        read_whole(f);
+    }
+    let exact = cache.stats_exact();
+    assert!(exact.index_nodes > 0, "{exact:?}");
+    assert_eq!(exact.files, 6);
+    assert_eq!(
+        cache.stats(),
+        exact,
+        "nothing changed since the batches were applied"
+    );
+
+    // A file closed takes its index nodes out of the count.
+    let mut files = files;
+    drop(files.pop());
+    let exact = cache.stats_exact();
+    assert_eq!(exact.files, 5);
+    assert_eq!(cache.stats(), exact);
+
+    // Eviction leaves shadow entries in nodes that stay counted until the shrinker or the
+    // file's close frees them.
+    cache.shrink(usize::MAX);
+    let exact = cache.stats_exact();
+    assert_eq!(cache.stats(), exact);
+    drop(files);
+    common::check_no_leak(&cache, "all files closed");
+    let exact = cache.stats_exact();
+    assert_eq!((exact.files, exact.index_nodes), (0, 0));
+    assert_eq!(cache.stats(), exact);
+}
+
+#[test]
+fn stats_leaves_the_batches_alone() {
+    let mut cfg = CacheConfig::new(16 << 20);
+    cfg.readahead_max = 0;
+    let cache = PageCache::new(cfg).unwrap();
+    let f = cache.open(MemStore::from_vec(vec![1u8; 4 * PAGE])).unwrap();
+    read_whole(&f);
+    // Four folios just added sit in this CPU's batch, off the lists, until it fills or is
+    // applied: reading the figures does not apply it.
+    let listed = |s: &quire::filemap::CacheStats| s.lru_frames.iter().sum::<usize>();
+    let before = cache.stats();
+    assert_eq!(before.cached_frames, 4);
+    assert!(listed(&before) < 4, "{before:?}");
+    assert_eq!(listed(&cache.stats()), listed(&before));
+    cache.drain_batches();
+    assert_eq!(listed(&cache.stats()), 4);
+}
