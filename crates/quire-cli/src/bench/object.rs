@@ -7,10 +7,11 @@
 //! proxy (`quire-s3-proxy`), which adds a delay to every request (2 ms) and caps the bytes of
 //! all responses together at one bandwidth (1000 Mbit/s = 119.2 MiB/s): the emulated link.
 //! Uploads are not capped by the proxy (only delayed). The binaries are looked for in
-//! `$QUIRE_S3_TOOLS`, then `tools/s3-server/target/release` (`tools/s3-server/build.sh`
-//! builds them). The bucket's objects are written straight into the server's directory before
-//! it starts, each with its ETag side-car (the MD5 of the content, by `md5sum`), so that the
-//! server never hashes a large object on a request.
+//! `$QUIRE_S3_TOOLS`, then beside the `quire` binary (`target/release`), and built there on
+//! first use (`cargo build --release -p quire-s3-tools --bins`). The bucket's objects are
+//! written straight into the server's directory before it starts, each with its ETag side-car
+//! (the MD5 of the content, by `md5sum`), so that the server never hashes a large object on a
+//! request.
 //!
 //! Variants, each a FUSE daemon started by the suite and stopped (unmounted) after its cases:
 //! - `quire`: `quire mount --foreground --capacity BUDGET --threads 4 s3://bench MNT`, the
@@ -80,6 +81,7 @@ use anyhow::{bail, Context};
 use super::fuse::fio;
 use super::read::{drop_kernel_cache, Scratch};
 use super::{Bench, Suite};
+use crate::s3_tools::S3Tools;
 
 pub const SUITE: Suite = Suite {
     name: "object",
@@ -148,35 +150,6 @@ fn link_mib_per_s() -> f64 {
 }
 
 // ---- what is installed -----------------------------------------------------------------------
-
-struct Tools {
-    server: PathBuf,
-    proxy: PathBuf,
-}
-
-/// The S3 server and proxy binaries: `$QUIRE_S3_TOOLS`, else `tools/s3-server/target/release`
-/// (from the current directory, then from this source tree).
-fn s3_tools() -> Result<Tools, String> {
-    let mut dirs: Vec<PathBuf> = Vec::new();
-    if let Some(d) = std::env::var_os("QUIRE_S3_TOOLS") {
-        dirs.push(PathBuf::from(d));
-    }
-    dirs.push(PathBuf::from("tools/s3-server/target/release"));
-    dirs.push(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tools/s3-server/target/release"));
-    for d in &dirs {
-        let (server, proxy) = (d.join("quire-s3-server"), d.join("quire-s3-proxy"));
-        if server.is_file() && proxy.is_file() {
-            return Ok(Tools { server, proxy });
-        }
-    }
-    Err(format!(
-        "no quire-s3-server and quire-s3-proxy in {} (build them with tools/s3-server/build.sh)",
-        dirs.iter()
-            .map(|d| d.display().to_string())
-            .collect::<Vec<_>>()
-            .join(", ")
-    ))
-}
 
 /// `name` in a directory of `PATH`.
 fn in_path(name: &str) -> Option<PathBuf> {
@@ -259,13 +232,13 @@ fn quire_mount() -> Result<QuireMount, String> {
 }
 
 /// Why the suite cannot run here, if it cannot.
-fn preflight() -> Result<Tools, String> {
+fn preflight() -> Result<S3Tools, String> {
     quire_fuse::mount::fuse_available()?;
     match Command::new("fio").arg("--version").output() {
         Ok(o) if o.status.success() => {}
         _ => return Err("fio is not installed".into()),
     }
-    s3_tools()
+    crate::s3_tools::find()
 }
 
 // ---- the server's objects --------------------------------------------------------------------
@@ -428,7 +401,7 @@ struct Network {
 }
 
 impl Network {
-    fn start(tools: &Tools, root: &Path, dir: &Path) -> anyhow::Result<Network> {
+    fn start(tools: &S3Tools, root: &Path, dir: &Path) -> anyhow::Result<Network> {
         let (sport, slog) = (dir.join("server.port"), dir.join("server.log"));
         let mut server = spawn_logged(
             Command::new(&tools.server)
