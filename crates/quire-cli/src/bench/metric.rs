@@ -96,6 +96,8 @@ mod tests {
         ("dcache.rs", include_str!("dcache.rs")),
         ("dirtybit.rs", include_str!("dirtybit.rs")),
         ("evict/mod.rs", include_str!("evict/mod.rs")),
+        ("evict/lifecycle.rs", include_str!("evict/lifecycle.rs")),
+        ("evict/patterns.rs", include_str!("evict/patterns.rs")),
         ("evict/trace.rs", include_str!("evict/trace.rs")),
         ("fuse.rs", include_str!("fuse.rs")),
         ("inflight.rs", include_str!("inflight.rs")),
