@@ -16,7 +16,7 @@ impl Env {
         let endpoint = self.net.endpoint();
         let group = match (&self.groups, variant) {
             (Some(g), "rclone" | "s3fs") => {
-                let grp = g.group(variant)?;
+                let grp = g.group(&format!("object-{variant}"), None)?;
                 // Room to start; the bound is set once it is mounted.
                 grp.set_limit(self.sz.budget + (256 << 20))?;
                 Some(grp)

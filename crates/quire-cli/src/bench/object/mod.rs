@@ -90,8 +90,9 @@ mod cases;
 mod daemons;
 mod peers;
 
+use super::cgroup::{MemGroup, MemGroups};
 use bucket::Bucket;
-use daemons::{MemGroups, Network};
+use daemons::Network;
 use peers::{find_rclone, find_s3fs, preflight, quire_mount, QuireMount};
 
 pub const SUITE: Suite = Suite {
