@@ -16,6 +16,7 @@
 //! - [`stats`]: the counters `quire stat` reads.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
+#![warn(unreachable_pub)]
 
 pub mod creds;
 pub mod errno;

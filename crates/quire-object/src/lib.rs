@@ -30,6 +30,7 @@
 //! credential `EACCES`, anything else after the retries `EIO`.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
+#![warn(unreachable_pub)]
 
 pub mod backing;
 pub mod cache;
