@@ -4,6 +4,7 @@
 
 mod bench;
 mod mount;
+mod s3_tools;
 
 use std::path::PathBuf;
 

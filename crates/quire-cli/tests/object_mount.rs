@@ -6,6 +6,10 @@
 //! Where FUSE is missing, a test prints `skipped: why` and passes.
 
 mod common;
+// The S3 tools' finder, the one the `quire` binary's benchmark carries.
+#[path = "../src/s3_tools.rs"]
+#[allow(dead_code)] // the proxy is the benchmark's
+mod s3_tools;
 
 use std::fs;
 use std::io::{ErrorKind, Read, Write};
@@ -287,8 +291,8 @@ fn an_unreachable_s3_endpoint_fails_at_mount_time_and_mounts_nothing() {
     assert!(!is_mounted(&fs::canonicalize(dir.path("mnt")).unwrap()));
 }
 
-/// The project's S3 server (`tools/s3-server`, built by its `build.sh`; `$QUIRE_S3_TOOLS` or
-/// `tools/s3-server/target/release`), serving bucket `bucket` from a scratch directory.
+/// The project's S3 server (`tools/s3-server`; found or built on first use by `s3_tools`),
+/// serving bucket `bucket` from a scratch directory.
 struct S3Server {
     child: std::process::Child,
     port: u16,
@@ -297,22 +301,7 @@ struct S3Server {
 
 impl S3Server {
     fn start() -> Option<S3Server> {
-        let dir = match std::env::var_os("QUIRE_S3_TOOLS") {
-            Some(d) => PathBuf::from(d),
-            None => {
-                Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tools/s3-server/target/release")
-            }
-        };
-        let bin = dir.join("quire-s3-server");
-        if !bin.is_file() {
-            let why = format!("{} is not built (tools/s3-server/build.sh)", bin.display());
-            assert!(
-                std::env::var("QUIRE_REQUIRE_S3").as_deref() != Ok("1"),
-                "{why}; QUIRE_REQUIRE_S3=1 says the S3 tests must run"
-            );
-            skip(&why);
-            return None;
-        }
+        let bin = s3_tools::for_test()?.server;
         let root = Scratch::new("obj-s3-server");
         fs::create_dir(root.path("bucket")).unwrap();
         let pf = root.path(".port");

@@ -49,7 +49,7 @@ mod state;
 mod xattr;
 
 use attr::*;
-pub(crate) use attr::{attr_of, statx_fd};
+pub use attr::{attr_of, statx_fd};
 pub use file::WriteBehind;
 
 use crate::creds::{Caller, DaemonCreds};

@@ -13,8 +13,16 @@
 //!   ([`cache`] says exactly what it promises); [`ObjectHandle`]: an open object.
 //! - [`mod@file`]: one object as a [`quire::Store`], and where each byte of it comes from.
 //! - [`DiskTier`]: the second tier, clean folios evicted from memory kept on local disk.
-//! - [`fs`]: [`ObjectFs`], the bucket as a FUSE file system (`quire mount s3://…`), and
-//!   exactly what it does and does not do.
+#![cfg_attr(
+    feature = "fuse",
+    doc = "- [`fs`] (feature `fuse`): [`ObjectFs`], the bucket as a FUSE file system (`quire mount \
+           s3://…`), and exactly what it does and does not do."
+)]
+#![cfg_attr(
+    not(feature = "fuse"),
+    doc = "- `fs` (feature `fuse`): `ObjectFs`, the bucket as a FUSE file system (`quire mount \
+           s3://…`), and exactly what it does and does not do."
+)]
 //! - [`ObjectStats`]: requests by kind, bytes, HTTP attempts (so retries), errors, in flight.
 //!
 //! Errors at a file-system boundary are errnos: a missing object `ENOENT`, an object changed
@@ -22,11 +30,13 @@
 //! credential `EACCES`, anything else after the retries `EIO`.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
+#![warn(unreachable_pub)]
 
 pub mod backing;
 pub mod cache;
 pub mod counters;
 pub mod file;
+#[cfg(feature = "fuse")]
 pub mod fs;
 pub mod tier;
 
@@ -34,6 +44,7 @@ pub use backing::{errno_of, Backing, BackingConfig};
 pub use cache::{ObjectCache, ObjectHandle};
 pub use counters::{ObjectStats, Request};
 pub use file::Version;
+#[cfg(feature = "fuse")]
 pub use fs::{ObjectFs, ObjectFsConfig};
 pub use tier::{DiskTier, TierStats};
 

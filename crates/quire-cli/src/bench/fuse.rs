@@ -49,6 +49,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use serde_json::Value;
 
+use super::cgroup::{MemGroup, MemGroups};
 use super::read::{drop_kernel_cache, Scratch};
 use super::{Bench, Suite};
 
@@ -146,7 +147,7 @@ fn run(b: &mut Bench) -> anyhow::Result<()> {
             return Ok(());
         }
     }
-    let cg = Cgroups::new();
+    let cg = MemGroups::new();
     if let Err(why) = &cg {
         b.progress.println(format!(
             "fuse: note: no memory cgroup ({why}): passthrough and kernel run unlimited"
@@ -243,89 +244,6 @@ fn drop_cache(path: &Path) -> anyhow::Result<()> {
     drop_kernel_cache(&f)
 }
 
-// ---- memory cgroups (v1) ---------------------------------------------------------------------
-
-/// Where this process's memory cgroup (v1) is; new groups are made under it. (Also what the
-/// `inflight` suite holds fio's page cache to its budget with.)
-pub(super) struct Cgroups {
-    base: PathBuf,
-}
-
-/// One memory group, removed when dropped.
-pub(super) struct Group {
-    dir: PathBuf,
-}
-
-impl Cgroups {
-    pub(super) fn new() -> Result<Cgroups, String> {
-        let mount = Path::new("/sys/fs/cgroup/memory");
-        if !mount.join("memory.limit_in_bytes").exists() {
-            return Err("no cgroup-v1 memory controller at /sys/fs/cgroup/memory".into());
-        }
-        let own = fs::read_to_string("/proc/self/cgroup").map_err(|e| e.to_string())?;
-        let rel = own
-            .lines()
-            .find_map(|l| {
-                let mut f = l.splitn(3, ':');
-                let (_, ctrl, path) = (f.next()?, f.next()?, f.next()?);
-                ctrl.split(',')
-                    .any(|c| c == "memory")
-                    .then(|| path.to_string())
-            })
-            .ok_or("this process is in no memory cgroup")?;
-        let base = mount.join(rel.trim_start_matches('/'));
-        let probe = base.join(format!("quire-probe-{}", std::process::id()));
-        fs::create_dir(&probe)
-            .map_err(|e| format!("making a group under {}: {e}", base.display()))?;
-        let _ = fs::remove_dir(&probe);
-        Ok(Cgroups { base })
-    }
-
-    pub(super) fn group(&self, name: &str, limit: u64) -> anyhow::Result<Group> {
-        let dir = self
-            .base
-            .join(format!("quire-bench-{name}-{}", std::process::id()));
-        let _ = fs::remove_dir(&dir);
-        fs::create_dir(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        fs::write(dir.join("memory.limit_in_bytes"), limit.to_string())
-            .with_context(|| format!("limiting {}", dir.display()))?;
-        Ok(Group { dir })
-    }
-}
-
-impl Group {
-    fn procs(&self) -> PathBuf {
-        self.dir.join("cgroup.procs")
-    }
-
-    pub(super) fn set_limit(&self, limit: u64) -> anyhow::Result<()> {
-        fs::write(self.dir.join("memory.limit_in_bytes"), limit.to_string())?;
-        Ok(())
-    }
-
-    /// The most memory the group has held at once (`memory.max_usage_in_bytes`).
-    pub(super) fn max_usage(&self) -> anyhow::Result<u64> {
-        let p = self.dir.join("memory.max_usage_in_bytes");
-        fs::read_to_string(&p)
-            .with_context(|| format!("reading {}", p.display()))?
-            .trim()
-            .parse()
-            .with_context(|| format!("parsing {}", p.display()))
-    }
-}
-
-impl Drop for Group {
-    fn drop(&mut self) {
-        // The processes have exited; their page cache is moved to the parent group.
-        for _ in 0..50 {
-            if fs::remove_dir(&self.dir).is_ok() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
 // ---- daemons ---------------------------------------------------------------------------------
 
 fn is_mounted(mnt: &Path) -> bool {
@@ -351,7 +269,7 @@ impl Daemon {
         src: &Path,
         mnt: &Path,
         budget: u64,
-        group: Option<&Group>,
+        group: Option<&MemGroup>,
     ) -> anyhow::Result<Daemon> {
         let exe = std::env::current_exe()?;
         let mut cmd = match group {
@@ -452,7 +370,7 @@ struct Env {
     src: PathBuf,
     mnt: PathBuf,
     sz: Sizes,
-    cg: Option<Cgroups>,
+    cg: Option<MemGroups>,
     /// Mean latency at 1 job of hot-randread, by variant (µs).
     lat_1job: std::collections::HashMap<&'static str, f64>,
 }
@@ -471,7 +389,7 @@ pub(super) struct FioResult {
 /// Runs fio with `args` (in `group` if given); parses its JSON report.
 pub(super) fn fio(
     args: &[String],
-    group: Option<&Group>,
+    group: Option<&MemGroup>,
     write: bool,
 ) -> anyhow::Result<FioResult> {
     let mut cmd = match group {
@@ -515,7 +433,7 @@ impl Env {
     fn mount(
         &self,
         variant: &str,
-        group: Option<&Group>,
+        group: Option<&MemGroup>,
     ) -> anyhow::Result<(PathBuf, Option<Daemon>)> {
         if variant == "kernel" {
             return Ok((self.src.clone(), None));
@@ -526,7 +444,7 @@ impl Env {
 
     /// The memory group a variant runs in (the daemon's for the passthroughs, fio's for the
     /// kernel).
-    fn group(&self, variant: &str) -> anyhow::Result<Option<Group>> {
+    fn group(&self, variant: &str) -> anyhow::Result<Option<MemGroup>> {
         let Some(cg) = &self.cg else {
             return Ok(None);
         };
@@ -535,7 +453,7 @@ impl Env {
             "kernel" => self.sz.budget + (32 << 20),
             _ => return Ok(None),
         };
-        Ok(Some(cg.group(variant, limit)?))
+        Ok(Some(cg.group(variant, Some(limit))?))
     }
 
     /// After the daemon started (in its group, with room to start): the limit becomes the budget
@@ -543,7 +461,7 @@ impl Env {
     fn tighten(
         &self,
         variant: &str,
-        group: Option<&Group>,
+        group: Option<&MemGroup>,
         daemon: Option<&Daemon>,
     ) -> anyhow::Result<()> {
         if let (Some(g), Some(d)) = (group, daemon) {

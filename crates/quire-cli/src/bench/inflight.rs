@@ -13,7 +13,7 @@
 //!   in flight whatever the depth (readahead aside): the depth of a case does not change what
 //!   it does, and it is measured in each case all the same.
 //! - `kernel`: fio, `--ioengine=io_uring --direct=0 --iodepth=N`, buffered, in a memory cgroup
-//!   (v1, `fuse.rs`'s [`Cgroups`]) limited to the budget plus fio's own footprint (the peak
+//!   (v1, [`MemGroups`]) limited to the budget plus fio's own footprint (the peak
 //!   usage of a first fio run of the same shape with `--direct=1`, which brings no page into
 //!   the cache), so that the kernel's page cache gets the budget and no more. (`cold-seq` only:
 //!   should the group kill fio, it runs once more with a budget's worth of room more, noted in
@@ -77,8 +77,9 @@ use quire::bio::{ThreadRing, Unparker};
 use quire::filemap::{CacheConfig, CachedFile, PageCache};
 use quire::stats::{Event, Snapshot};
 
+use super::cgroup::{MemGroup, MemGroups};
 use super::evict::workload::zipf_trace;
-use super::fuse::{fio, Cgroups, FioResult, Group};
+use super::fuse::{fio, FioResult};
 use super::read::{
     direct_store, drop_kernel_cache, mib_per_s, write_data_file, Content, Scratch, CHUNK, PAGE,
 };
@@ -327,7 +328,7 @@ fn steps(_: &super::Plan<'_>) -> u64 {
 
 /// What the machine lets the fio variants do: `Err(why)` where a variant cannot run.
 struct FioEnv {
-    kernel: Result<Cgroups, String>,
+    kernel: Result<MemGroups, String>,
     device: Result<(), String>,
 }
 
@@ -389,7 +390,7 @@ impl FioEnv {
         let buffered = uring.clone().and_then(|()| probe(&path, false));
         let device = uring.and_then(|()| probe(&path, true));
         let kernel =
-            buffered.and_then(|()| Cgroups::new().map_err(|e| format!("no memory cgroup: {e}")));
+            buffered.and_then(|()| MemGroups::new().map_err(|e| format!("no memory cgroup: {e}")));
         std::fs::remove_file(&path).ok();
         Ok(FioEnv { kernel, device })
     }
@@ -408,7 +409,7 @@ fn children_read_bytes() -> u64 {
 }
 
 /// One fio run and the bytes it read from storage.
-fn fio_counted(args: &[String], group: Option<&Group>) -> anyhow::Result<(FioResult, u64)> {
+fn fio_counted(args: &[String], group: Option<&MemGroup>) -> anyhow::Result<(FioResult, u64)> {
     let before = children_read_bytes();
     let r = fio(args, group, false)?;
     Ok((r, children_read_bytes().saturating_sub(before)))
@@ -476,8 +477,8 @@ fn iolog_extra(log: &Path) -> Vec<String> {
 /// A memory cgroup for a `kernel` run whose fio jobs look like `shape`: limited to the budget
 /// plus fio's own footprint, found by running `shape` with `--direct=1` (no page cache) in the
 /// group first. Returns the group and that footprint.
-fn kernel_group(cg: &Cgroups, budget: u64, shape: &[String]) -> anyhow::Result<(Group, u64)> {
-    let g = cg.group("inflight", budget + (256 << 20))?;
+fn kernel_group(cg: &MemGroups, budget: u64, shape: &[String]) -> anyhow::Result<(MemGroup, u64)> {
+    let g = cg.group("inflight", Some(budget + (256 << 20)))?;
     let mut args = shape.to_vec();
     args.push("--direct=1".into()); // the last one given wins
     args.push("--number_ios=64".into());

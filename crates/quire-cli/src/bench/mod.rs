@@ -11,6 +11,7 @@
 //! suite, so that a run that fails later keeps what was measured. `--plot DIR` draws the charts
 //! of `plot.rs` at the end.
 
+mod cgroup;
 mod dcache;
 mod dirtybit;
 pub(crate) mod evict;

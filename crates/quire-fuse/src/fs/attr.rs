@@ -36,7 +36,7 @@ pub(super) fn kind_of_dtype(t: rustix::fs::FileType) -> FileType {
 }
 
 /// The attributes the kernel gets for node `id` whose backing file `st` describes.
-pub(crate) fn attr_of(id: u64, st: &rustix::fs::Statx) -> FileAttr {
+pub fn attr_of(id: u64, st: &rustix::fs::Statx) -> FileAttr {
     let mode = u32::from(st.stx_mode);
     FileAttr {
         ino: INodeNo(id),
@@ -58,7 +58,7 @@ pub(crate) fn attr_of(id: u64, st: &rustix::fs::Statx) -> FileAttr {
 }
 
 /// `statx` of the file `fd` refers to (also an `O_PATH` descriptor).
-pub(crate) fn statx_fd(fd: BorrowedFd<'_>) -> rustix::io::Result<rustix::fs::Statx> {
+pub fn statx_fd(fd: BorrowedFd<'_>) -> rustix::io::Result<rustix::fs::Statx> {
     rustix::fs::statx(fd, "", AtFlags::EMPTY_PATH, StatxFlags::BASIC_STATS)
 }
 

@@ -1,9 +1,9 @@
 //! The project's S3 server (`tools/s3-server`: `quire-s3-server` on s3s-fs, and the delaying,
 //! fault-injecting `quire-s3-proxy`), started on 127.0.0.1 for a test.
 //!
-//! The binaries are looked for in `$QUIRE_S3_TOOLS` or `tools/s3-server/target/release` (built
-//! by `tools/s3-server/build.sh`). Where they are missing a test prints "skipped: why" — unless
-//! `QUIRE_REQUIRE_S3=1` (as `.ci/run` sets), where it fails.
+//! The binaries are found, or built on first use, by `s3_tools` (`$QUIRE_S3_TOOLS`, then the
+//! test's own target directory). Where they cannot be had a test prints "skipped: why" —
+//! unless `QUIRE_REQUIRE_S3=1` (as `.ci/run` sets), where it fails.
 #![allow(dead_code)]
 
 use std::io::{Read, Write};
@@ -12,33 +12,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+// One finder for the S3 tools, shared with the `quire` binary's benchmark, which carries it.
+#[path = "../../../quire-cli/src/s3_tools.rs"]
+mod s3_tools;
+
 pub const KEY: &str = "quire";
 pub const SECRET: &str = "quire-secret";
 pub const BUCKET: &str = "bucket";
-
-fn tools_dir() -> PathBuf {
-    match std::env::var_os("QUIRE_S3_TOOLS") {
-        Some(d) => PathBuf::from(d),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tools/s3-server/target/release"),
-    }
-}
-
-/// The binary `name`, or `None` after printing why the test is skipped.
-pub fn tool(name: &str) -> Option<PathBuf> {
-    let p = tools_dir().join(name);
-    if p.is_file() {
-        return Some(p);
-    }
-    let why = format!(
-        "{} is not built (run tools/s3-server/build.sh or set QUIRE_S3_TOOLS)",
-        p.display()
-    );
-    if std::env::var("QUIRE_REQUIRE_S3").as_deref() == Ok("1") {
-        panic!("{why}; QUIRE_REQUIRE_S3=1 says the S3 tests must run");
-    }
-    eprintln!("skipped: {why}");
-    None
-}
 
 fn wait_port(file: &Path, child: &mut Child) -> u16 {
     let start = Instant::now();
@@ -69,7 +49,7 @@ pub struct Server {
 
 impl Server {
     pub fn start() -> Option<Server> {
-        let bin = tool("quire-s3-server")?;
+        let bin = s3_tools::for_test()?.server;
         let root = tempfile::tempdir().unwrap();
         std::fs::create_dir(root.path().join(BUCKET)).unwrap();
         let mut s = Server {
@@ -171,7 +151,7 @@ pub struct Proxy {
 
 impl Proxy {
     pub fn start(upstream: u16, delay_ms: u64) -> Option<Proxy> {
-        let bin = tool("quire-s3-proxy")?;
+        let bin = s3_tools::for_test()?.proxy;
         let dir = tempfile::tempdir().unwrap();
         let pf = dir.path().join("port");
         let cf = dir.path().join("control");

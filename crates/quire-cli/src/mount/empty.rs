@@ -19,7 +19,7 @@ use fuser::{
 };
 use parking_lot::RwLock;
 
-use crate::serve::{Fuse, Open, ReadBuf, Res, Serve, SetAttr, Statfs};
+use quire_fuse::serve::{Fuse, Open, ReadBuf, Res, Serve, SetAttr, Statfs};
 
 struct ENode {
     kind: FileType,

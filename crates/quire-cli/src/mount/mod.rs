@@ -4,13 +4,18 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
-use quire_fuse::empty::Empty;
 use quire_fuse::mount::{serve, MountOptions};
-use quire_fuse::passthrough::Passthrough;
 use quire_fuse::stats::STATS_XATTR;
 use quire_fuse::{probe_max_file_size, FsConfig, QuireFs};
 use quire_object::{Backing, BackingConfig, ObjectCache, ObjectFs, ObjectFsConfig};
 use std::time::Duration;
+
+use empty::Empty;
+use passthrough::Passthrough;
+
+// The `fuse` benchmark's comparisons: `--kind passthrough`, `passthrough-cached` and `empty`.
+mod empty;
+mod passthrough;
 
 /// Which file system to serve (`passthrough*` and `empty` are the benchmark's comparisons).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]

@@ -27,10 +27,10 @@ use fuser::{
 use parking_lot::Mutex;
 use rustix::fs::{AtFlags, Mode, OFlags, StatxFlags, CWD};
 
-use crate::errno::of_sys;
+use quire_fuse::errno::of_sys;
 // The passthrough's nodes get the same attributes as `quire mount`'s.
-use crate::fs::{attr_of as attr, statx_fd};
-use crate::serve::{Fuse, Open, ReadBuf, Res, Serve, SetAttr, Statfs};
+use quire_fuse::fs::{attr_of as attr, statx_fd};
+use quire_fuse::serve::{Fuse, Open, ReadBuf, Res, Serve, SetAttr, Statfs};
 
 /// A directory's entries: name, inode number, type.
 type Listing = Vec<(Vec<u8>, u64, FileType)>;
