@@ -212,7 +212,7 @@ impl Readahead {
         let key = self.id;
         // Only the table's address comes out of `with`: a closure that small is inlined, and
         // the thread-local is then reached by an offset from the thread pointer, not by a call
-        // through the key (a quarter of a 64-byte hit's time at 256 MiB, `docs/BENCHMARKS.md`).
+        // through the key (a quarter of a 64-byte hit's time at 256 MiB, `docs/journal/`).
         let s: &ReadEnds = READ_ENDS.with(|s| {
             // SAFETY: a const-initialised thread-local without a destructor lives as long as
             // its thread; the table is `!Sync` (cells), so the reference stays on this thread,
@@ -220,7 +220,7 @@ impl Readahead {
             unsafe { &*(s as *const ReadEnds) }
         });
         // Cell by cell: copying the whole table in and out cost a store-forwarding stall per
-        // read (`docs/BENCHMARKS.md`).
+        // read (`docs/journal/`).
         let found = s.ends.iter().position(|e| e.get().0 == key);
         let (slot, prev) = match found {
             Some(i) => (i, Some(s.ends[i].get().1)),

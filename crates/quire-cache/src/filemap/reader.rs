@@ -2,7 +2,7 @@
 //!
 //! Every lookup of [`CachedFile`] enters a read-side critical section of its own
 //! ([`crate::sync::rcu::pin`]): a thread-local lookup and a full fence, about a quarter of a
-//! cached hit's time (`docs/BENCHMARKS.md`). A `FileReader` keeps one guard across
+//! cached hit's time (`docs/journal/`). A `FileReader` keeps one guard across
 //! its reads and leaves it every [`REPIN_EVERY`] hits, so that grace periods (the frees of
 //! index nodes that other threads unlinked) still come; a read that is not a plain hit (a miss,
 //! a readahead marker, a folio not yet up to date, a read across folios or past the end of the
@@ -37,7 +37,7 @@ pub const REPIN_EVERY: u32 = 64;
 /// Translations a reader keeps (12 KiB): one slot per 2^[`MAX_ORDER`] file pages (the largest
 /// folio), chosen by the page's index, so they cover 512 MiB of a file cached in the largest
 /// folios. With 64 slots a reader of a 256 MiB file found its folio in them half the time and
-/// its hits took 75 ns, with 256 slots 54 ns (`docs/BENCHMARKS.md`).
+/// its hits took 75 ns, with 256 slots 54 ns (`docs/journal/`).
 pub const TRANSLATIONS: usize = 256;
 
 /// A reader of one [`CachedFile`] that keeps its read-side critical section across hits; see

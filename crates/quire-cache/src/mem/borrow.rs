@@ -1,5 +1,5 @@
 //! Borrow slots: the hazard pointers behind a borrow of a folio's bytes that takes no reference
-//! (issue 12; `CachedFile::with_folio`).
+//! (`CachedFile::with_folio`).
 //!
 //! A reference keeps a folio's bytes stable because every party that could change them (an
 //! in-place write or an eviction under a freeze, a space given a writable pte, the free that
@@ -25,7 +25,7 @@
 //!
 //! The end is a plain store, not a read-modify-write, so a hit issues one locked instruction,
 //! the fence (an earlier version handed the free to the borrower through its slot: a
-//! compare-and-swap by the freer and a swap at the end; see `docs/BENCHMARKS.md` for what the
+//! compare-and-swap by the freer and a swap at the end; see `docs/journal/` for what the
 //! change gained). A deferred folio is freed by whoever next looks: the retired sequence makes
 //! every borrow that began after the free's scan fail its check, so once no slot names the
 //! folio, none can come to name it with a standing borrow.

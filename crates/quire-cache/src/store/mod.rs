@@ -274,7 +274,7 @@ pub trait Store: Send + Sync {
     /// io_uring, but the engine then reads the descriptor itself and the wrapper's `read_at`
     /// never sees them; not forwarding it (the default) sends every read through the wrapper,
     /// on the engine's few threads — a stream of small folios that way ran at a tenth of its
-    /// speed (docs/BENCHMARKS.md, 2026-11-27). To count a file's misses, forward `io_fd` and
+    /// speed (docs/journal/). To count a file's misses, forward `io_fd` and
     /// read [`crate::CachedFile::store_bytes_read`].
     fn io_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
         None

@@ -117,7 +117,7 @@
 //! refaults would be turned away, one per resident still marked from the old set's last pass).
 //! Switched off (`CacheConfig::loop_protection`), every folio is added normally. What each part
 //! contributes is measured by the `evict` suite's `multigen` (off) and `multigen-loop` (on)
-//! variants (docs/BENCHMARKS.md).
+//! variants (docs/journal/).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 

@@ -24,7 +24,7 @@
 //! inactive list) without that feedback. In a model of both (a hot set read at random while a
 //! stream runs, a Zipf trace, two working sets taking turns) it kept 98% of the hot set where the
 //! kernel's rule kept 84%, and did as well on the transitions; the `evict` benchmark measures it
-//! (docs/BENCHMARKS.md).
+//! (docs/journal/).
 //!
 //! After the round the shadow shrinker runs.
 //!

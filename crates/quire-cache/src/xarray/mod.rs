@@ -532,7 +532,7 @@ impl<P: XaPointer> XArray<P> {
     }
 
     /// Loom-only: [`XArray::range`] without the check that an entry reached from a sibling
-    /// still covers the index sought (the bug of stop 17), for the model that must catch it.
+    /// still covers the index sought (a real bug once), for the model that must catch it.
     #[cfg(loom)]
     #[doc(hidden)]
     pub fn broken_range_without_cover_check<'g>(

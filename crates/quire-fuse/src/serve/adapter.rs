@@ -71,7 +71,7 @@ pub struct Fuse<S> {
     /// runtime, `fuse` zipf-randread at 4 jobs ran 46–47 thousand reads a second deferred
     /// against 61–62 thousand blocking; with the reader on its own ring, five alternated runs
     /// each gave medians of 53.6 thousand deferred and 53.1 thousand blocking, and sequential
-    /// reads at 1 job lower (docs/BENCHMARKS.md).
+    /// reads at 1 job lower (docs/journal/).
     defer: bool,
 }
 

@@ -354,7 +354,7 @@ thread_local! {
 /// Only the table's address comes out of `with`: a closure that small is inlined, and the
 /// thread-local is then reached by an offset from the thread pointer rather than by a call
 /// through the key (which cost a 64-byte hit at 256 MiB about a quarter of its time,
-/// `docs/BENCHMARKS.md`).
+/// `docs/journal/`).
 #[inline]
 fn thread_tlb<'a>() -> &'a [Cell<ThreadSlot>; THREAD_TRANSLATIONS] {
     THREAD_TLB.with(|tlb| {
