@@ -14,7 +14,7 @@
 //! that uses it again.
 //!
 //! A reader also keeps translations — where it found up to [`TRANSLATIONS`]-many folios,
-//! one slot per 2^[`MAX_ORDER`] file pages — so that a hit on a folio it has seen skips the
+//! one slot per 2^`MAX_ORDER` file pages — so that a hit on a folio it has seen skips the
 //! index walk; the folio's byte sequence shows whether it is still the file's folio at that
 //! place (`Translation` in `filemap/mapping/hit.rs`; the loom models in `tests/loom_seq.rs`). A
 //! copying hit (`read_at`) takes no reference at all; a zero-copy one (`read_folio`) takes the
@@ -34,7 +34,7 @@ use crate::sync::rcu;
 /// Hits served under one guard before it is left and entered again.
 pub const REPIN_EVERY: u32 = 64;
 
-/// Translations a reader keeps (12 KiB): one slot per 2^[`MAX_ORDER`] file pages (the largest
+/// Translations a reader keeps (12 KiB): one slot per 2^`MAX_ORDER` file pages (the largest
 /// folio), chosen by the page's index, so they cover 512 MiB of a file cached in the largest
 /// folios. With 64 slots a reader of a 256 MiB file found its folio in them half the time and
 /// its hits took 75 ns, with 256 slots 54 ns (`docs/journal/`).
