@@ -44,7 +44,7 @@
 //! # Shadow nodes
 //!
 //! Shadows live in the index's nodes, on the heap beside the budget. The index lists every
-//! node that holds only shadows ([`crate::xarray::NodeList`]), oldest first, and after every
+//! node that holds only shadows (`xarray::NodeList`), oldest first, and after every
 //! round of reclaim the shrinker deletes the oldest ones while there are more than
 //! `Vmscan::max_shadow_nodes`: one per sixteen frames of the budget. A shadow is useful only
 //! while its refault distance can still be within the workingset size — at most the budget —
