@@ -227,14 +227,14 @@ thread_local! {
 /// Adds one to `event`'s counter.
 #[inline]
 #[doc(alias = "count_vm_event")]
-pub fn count(event: Event) {
+pub(crate) fn count(event: Event) {
     add(event, 1);
 }
 
 /// Adds `n` to `event`'s counter.
 #[inline]
 #[doc(alias = "count_vm_events")]
-pub fn add(event: Event, n: u64) {
+pub(crate) fn add(event: Event, n: u64) {
     let done = MINE.try_with(|o| {
         let c = &o.0.counts[event as usize];
         // Single writer: no read-modify-write needed.
@@ -259,7 +259,7 @@ pub fn read(event: Event) -> u64 {
 /// count exactly while other tests run. Every [`Counters::add`] also adds to the global counter.
 /// Meant for events off the hot paths (reclaim, refaults, batch drains): each is one shared
 /// relaxed `fetch_add`.
-pub struct Counters {
+pub(crate) struct Counters {
     counts: [AtomicU64; NR_EVENTS],
 }
 
@@ -275,7 +275,7 @@ impl Counters {
     /// Adds `n` to `event`, here and globally.
     #[inline]
     #[doc(alias = "count_vm_events")]
-    pub fn add(&self, event: Event, n: u64) {
+    pub(crate) fn add(&self, event: Event, n: u64) {
         self.counts[event as usize].fetch_add(n, Ordering::Relaxed);
         add(event, n);
     }
@@ -283,18 +283,18 @@ impl Counters {
     /// Adds one to `event`, here and globally.
     #[inline]
     #[doc(alias = "count_vm_event")]
-    pub fn count(&self, event: Event) {
+    pub(crate) fn count(&self, event: Event) {
         self.add(event, 1);
     }
 
     /// One of this object's counters.
     #[inline]
-    pub fn get(&self, event: Event) -> u64 {
+    pub(crate) fn get(&self, event: Event) -> u64 {
         self.counts[event as usize].load(Ordering::Relaxed)
     }
 
     /// This object's counters now.
-    pub fn snapshot(&self) -> Snapshot {
+    pub(crate) fn snapshot(&self) -> Snapshot {
         let mut counts = [0; NR_EVENTS];
         for (c, a) in counts.iter_mut().zip(&self.counts) {
             *c = a.load(Ordering::Relaxed);

@@ -38,7 +38,7 @@
 //! | dropping a [`ThreadRing`] handle waits for its thread's requests (`block_on` returns with none in flight) | every `end_io` runs, no frame stays lent to the kernel |
 //! | another thread waiting on a folio read here waits until this thread reaps | the price: an executor that polls for long between reaps delays them |
 //!
-//! Wake-ups from other threads ring a [`crate::sync::doorbell::Doorbell`] (the reaper's
+//! Wake-ups from other threads ring a `sync::doorbell::Doorbell` (the reaper's
 //! mechanism, model-checked by `tests/loom_doorbell.rs`): the ring keeps an
 //! `IORING_OP_FUTEX_WAIT` on its word in flight while the thread sleeps, and
 //! [`Unparker::unpark`] rings it.

@@ -66,7 +66,7 @@ pub struct CacheConfig {
     /// inactive lists, or the clock they replaced. See [`crate::vmscan`].
     pub reclaim: ReclaimPolicy,
     /// Whether the multi-generational LRU protects a resident share of loops larger than the
-    /// cache by adaptive insertion (default on; see [`crate::vmscan::lru_gen`]). Ignored by
+    /// cache by adaptive insertion (default on; see `vmscan::lru_gen`). Ignored by
     /// the other policies.
     pub loop_protection: bool,
     /// Whether refaults may activate folios as part of the working set (default on; off counts

@@ -25,17 +25,17 @@ const COUNTER_ONE: u64 = 1 << (CODE_BITS + 1);
 
 /// A file's write-back error state; see the [module documentation](self).
 #[derive(Debug, Default)]
-pub struct ErrSeq {
+pub(crate) struct ErrSeq {
     word: AtomicU64,
 }
 
 /// A handle's position in a file's error sequence.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ErrSeqSince(u64);
+pub(crate) struct ErrSeqSince(u64);
 
 impl ErrSeq {
     /// No error recorded.
-    pub fn new() -> ErrSeq {
+    pub(crate) fn new() -> ErrSeq {
         ErrSeq {
             word: AtomicU64::new(0),
         }
@@ -43,7 +43,7 @@ impl ErrSeq {
 
     /// Records a write-back error with a nonzero `code` (zero is taken as 1).
     #[doc(alias = "errseq_set")]
-    pub fn set(&self, code: u16) {
+    pub(crate) fn set(&self, code: u16) {
         let code = u64::from(code.max(1));
         let mut old = self.word.load(Ordering::Relaxed);
         loop {
@@ -69,7 +69,7 @@ impl ErrSeq {
     /// A sample for a new handle: the current position, or "before the current error" if nobody
     /// has seen it yet.
     #[doc(alias = "errseq_sample")]
-    pub fn sample(&self) -> ErrSeqSince {
+    pub(crate) fn sample(&self) -> ErrSeqSince {
         let cur = self.word.load(Ordering::Acquire);
         if cur & CODE_MASK != 0 && cur & SEEN == 0 {
             ErrSeqSince(0)
@@ -80,7 +80,8 @@ impl ErrSeq {
 
     /// The error recorded since `since`, if any, without consuming it.
     #[doc(alias = "errseq_check")]
-    pub fn check(&self, since: ErrSeqSince) -> Option<u16> {
+    #[allow(dead_code)] // the kernel's errseq_check, kept beside check_and_advance; the unit tests use it
+    pub(crate) fn check(&self, since: ErrSeqSince) -> Option<u16> {
         let cur = self.word.load(Ordering::Acquire) & !SEEN;
         if cur == since.0 || cur & CODE_MASK == 0 {
             None
@@ -91,7 +92,7 @@ impl ErrSeq {
 
     /// Reports the error recorded since `*since`, once: marks it seen and moves `*since` past it.
     #[doc(alias = "errseq_check_and_advance")]
-    pub fn check_and_advance(&self, since: &mut ErrSeqSince) -> Option<u16> {
+    pub(crate) fn check_and_advance(&self, since: &mut ErrSeqSince) -> Option<u16> {
         let mut cur = self.word.load(Ordering::Acquire);
         loop {
             if cur & !SEEN == since.0 || cur & CODE_MASK == 0 {

@@ -15,8 +15,8 @@
 //!
 //! | mark | meaning |
 //! |---|---|
-//! | [`DIRTY_MARK`] | the folio is DIRTY |
-//! | [`WRITEBACK_MARK`] | the folio is under write-back |
+//! | `DIRTY_MARK` | the folio is DIRTY |
+//! | `WRITEBACK_MARK` | the folio is under write-back |
 //!
 //! # Lookups (rule 5 of docs/RULES.md)
 //!
@@ -36,12 +36,12 @@
 //!
 //! # Write-back (rule 6 of docs/RULES.md)
 //!
-//! Writes mark folios DIRTY (and [`DIRTY_MARK`] in the index) and count dirty frames
+//! Writes mark folios DIRTY (and `DIRTY_MARK` in the index) and count dirty frames
 //! cache-wide. A background flusher writes back when dirty memory passes
 //! [`CacheConfig::dirty_background`] or data has been dirty longer than
 //! [`CacheConfig::dirty_expire`]; writers wait when it passes [`CacheConfig::dirty_limit`].
 //! A failed write-back leaves the folio dirty (the data is not dropped), sets ERROR on it and
-//! records the error in the mapping's [`ErrSeq`], which every handle's `fsync` reports once.
+//! records the error in the mapping's `ErrSeq`, which every handle's `fsync` reports once.
 //!
 //! # The budget
 //!
@@ -70,12 +70,12 @@ mod block_on;
 mod cache;
 mod config;
 mod error;
-pub mod errseq;
+pub(crate) mod errseq;
 mod file;
 pub(crate) mod immap;
 pub(crate) mod mapping;
 mod owned;
-pub mod readahead;
+pub(crate) mod readahead;
 mod reader;
 mod stats;
 mod std_io;
@@ -91,19 +91,21 @@ pub(crate) use cache::{Cache, FolioPtr};
 pub use config::CacheConfig;
 use error::{check_range, errno_of, short_read};
 pub use error::{FilemapError, Result};
-pub use errseq::{ErrSeq, ErrSeqSince};
+pub(crate) use errseq::ErrSeqSince;
 use file::lend;
 pub use file::CachedFile;
 pub use owned::OwnedFolio;
-pub use readahead::{RaState, RaWindow, Readahead};
-pub use reader::{FileReader, REPIN_EVERY, TRANSLATIONS};
+pub(crate) use readahead::Readahead;
+pub use reader::FileReader;
+#[cfg(feature = "bench-internals")]
+pub use reader::REPIN_EVERY;
 pub use stats::CacheStats;
 pub use std_io::FileCursor;
 
 /// The index mark of dirty folios.
-pub const DIRTY_MARK: Mark = Mark::M0;
+pub(crate) const DIRTY_MARK: Mark = Mark::M0;
 /// The index mark of folios under write-back.
-pub const WRITEBACK_MARK: Mark = Mark::M1;
+pub(crate) const WRITEBACK_MARK: Mark = Mark::M1;
 
 /// Bytes in a page (a base frame).
 pub const PAGE_SIZE: u64 = 1 << FRAME_SHIFT;

@@ -26,7 +26,7 @@
 /// A window of pages to read: `[start, start + size)`, with the readahead marker on
 /// `marker` (if any).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RaWindow {
+pub(crate) struct RaWindow {
     /// First index to read.
     pub start: u64,
     /// Number of pages.
@@ -37,7 +37,7 @@ pub struct RaWindow {
 
 /// One handle's readahead state; see the [module documentation](self).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RaState {
+pub(crate) struct RaState {
     start: u64,
     size: u64,
     async_size: u64,
@@ -70,7 +70,7 @@ fn next_size(cur: u64, max: u64) -> u64 {
 
 impl RaState {
     /// A fresh state reading ahead at most `max_pages` pages at a time (0 disables readahead).
-    pub fn new(max_pages: u64) -> RaState {
+    pub(crate) fn new(max_pages: u64) -> RaState {
         RaState {
             start: 0,
             size: 0,
@@ -81,12 +81,14 @@ impl RaState {
     }
 
     /// The largest window, in pages.
-    pub fn max_pages(&self) -> u64 {
+    #[allow(dead_code)] // the window's bound, read by the unit tests
+    pub(crate) fn max_pages(&self) -> u64 {
         self.max
     }
 
     /// Notes that the handle read up to and including `last`.
-    pub fn note_read(&mut self, last: u64) {
+    #[allow(dead_code)] // the unit tests' way to position the state
+    pub(crate) fn note_read(&mut self, last: u64) {
         self.prev = Some(last);
     }
 
@@ -100,7 +102,7 @@ impl RaState {
     /// A read of `req` pages at `index` missed the cache. Returns what to read now: the request
     /// itself if the access is random, or a readahead window that covers it.
     #[doc(alias = "page_cache_sync_ra")]
-    pub fn on_miss(&mut self, index: u64, req: u64) -> RaWindow {
+    pub(crate) fn on_miss(&mut self, index: u64, req: u64) -> RaWindow {
         let req = req.max(1);
         if self.max == 0 || !self.sequential(index) {
             // Random access: no readahead, and forget any window.
@@ -124,7 +126,7 @@ impl RaState {
     /// Returns the next window to read asynchronously, or `None` if the marker is stale (not
     /// this stream's).
     #[doc(alias = "page_cache_async_ra")]
-    pub fn on_marker(&mut self, first: u64, last: u64) -> Option<RaWindow> {
+    pub(crate) fn on_marker(&mut self, first: u64, last: u64) -> Option<RaWindow> {
         if self.max == 0 {
             return None;
         }
@@ -159,7 +161,7 @@ impl RaState {
 /// mutex, taken only on misses and markers, and the last index read in an atomic, written on
 /// every read (and only when it changes), so that hits never take a lock.
 #[derive(Debug)]
-pub struct Readahead {
+pub(crate) struct Readahead {
     state: Mutex<RaState>,
     /// The last index read, `u64::MAX` for none.
     prev: CachePadded<AtomicU64>,
@@ -173,7 +175,7 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
 impl Readahead {
     /// A fresh state reading ahead at most `max_pages` pages at a time.
-    pub fn new(max_pages: u64) -> Readahead {
+    pub(crate) fn new(max_pages: u64) -> Readahead {
         Readahead {
             state: Mutex::new(RaState::new(max_pages)),
             prev: CachePadded::new(AtomicU64::new(u64::MAX)),
@@ -185,7 +187,8 @@ impl Readahead {
     /// previous one (or follows a miss, see [`Readahead::on_miss`]) moves the position: random
     /// hits leave it alone, so threads sharing a handle for random reads never write this line.
     #[inline]
-    pub fn note_read(&self, first: u64, last: u64) {
+    #[allow(dead_code)] // the unit tests' way to position the state
+    pub(crate) fn note_read(&self, first: u64, last: u64) {
         let prev = self.prev.load(Ordering::Relaxed);
         if (first == prev || first == prev.wrapping_add(1)) && prev != last {
             self.prev.store(last, Ordering::Relaxed);
@@ -194,7 +197,8 @@ impl Readahead {
 
     /// The last index the handle read, if any (moved only by sequential reads and misses).
     #[inline]
-    pub fn last_read(&self) -> Option<u64> {
+    #[allow(dead_code)] // the sequential position, for the unit tests
+    pub(crate) fn last_read(&self) -> Option<u64> {
         let prev = self.prev.load(Ordering::Relaxed);
         (prev != u64::MAX).then_some(prev)
     }
@@ -208,7 +212,7 @@ impl Readahead {
     /// random hits in between cannot leave a stale position behind (the sequential position
     /// [`Readahead::last_read`] does not move on random hits, so it cannot serve here).
     #[inline]
-    pub fn swap_read_end(&self, end: u64) -> Option<u64> {
+    pub(crate) fn swap_read_end(&self, end: u64) -> Option<u64> {
         let key = self.id;
         // Only the table's address comes out of `with`: a closure that small is inlined, and
         // the thread-local is then reached by an offset from the thread pointer, not by a call
@@ -243,7 +247,7 @@ impl Readahead {
 
     /// [`RaState::on_miss`].
     #[doc(alias = "page_cache_sync_ra")]
-    pub fn on_miss(&self, index: u64, req: u64) -> RaWindow {
+    pub(crate) fn on_miss(&self, index: u64, req: u64) -> RaWindow {
         let w = self.locked().on_miss(index, req);
         // A miss starts a new position, random or not: a read that continues it is sequential.
         self.prev
@@ -253,7 +257,7 @@ impl Readahead {
 
     /// [`RaState::on_marker`].
     #[doc(alias = "page_cache_async_ra")]
-    pub fn on_marker(&self, first: u64, last: u64) -> Option<RaWindow> {
+    pub(crate) fn on_marker(&self, first: u64, last: u64) -> Option<RaWindow> {
         self.locked().on_marker(first, last)
     }
 }
@@ -280,7 +284,7 @@ thread_local! {
 /// Cuts `[start, start + nr)` into naturally aligned pieces of order at most `max_order`,
 /// largest first where alignment allows: `(index, order)` pairs in index order.
 #[doc(alias = "page_cache_ra_order")]
-pub fn folio_orders(start: u64, nr: u64, max_order: u32) -> Vec<(u64, u32)> {
+pub(crate) fn folio_orders(start: u64, nr: u64, max_order: u32) -> Vec<(u64, u32)> {
     let mut out = Vec::new();
     let end = start.saturating_add(nr);
     let mut i = start;

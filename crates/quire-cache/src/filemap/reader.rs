@@ -14,7 +14,7 @@
 //! that uses it again.
 //!
 //! A reader also keeps translations — where it found up to [`TRANSLATIONS`]-many folios,
-//! one slot per 2^[`MAX_ORDER`] file pages — so that a hit on a folio it has seen skips the
+//! one slot per 2^`MAX_ORDER` file pages — so that a hit on a folio it has seen skips the
 //! index walk; the folio's byte sequence shows whether it is still the file's folio at that
 //! place (`Translation` in `filemap/mapping/hit.rs`; the loom models in `tests/loom_seq.rs`). A
 //! copying hit (`read_at`) takes no reference at all; a zero-copy one (`read_folio`) takes the
@@ -32,26 +32,28 @@ use crate::stats::{self, Event};
 use crate::sync::rcu;
 
 /// Hits served under one guard before it is left and entered again.
+// Re-exported for the tests only (feature `bench-internals`).
+#[cfg_attr(not(feature = "bench-internals"), allow(unreachable_pub))]
 pub const REPIN_EVERY: u32 = 64;
 
-/// Translations a reader keeps (12 KiB): one slot per 2^[`MAX_ORDER`] file pages (the largest
+/// Translations a reader keeps (12 KiB): one slot per 2^`MAX_ORDER` file pages (the largest
 /// folio), chosen by the page's index, so they cover 512 MiB of a file cached in the largest
 /// folios. With 64 slots a reader of a 256 MiB file found its folio in them half the time and
 /// its hits took 75 ns, with 256 slots 54 ns (`docs/journal/`).
-pub const TRANSLATIONS: usize = 256;
+pub(crate) const TRANSLATIONS: usize = 256;
 
 /// A reader of one [`CachedFile`] that keeps its read-side critical section across hits; see
 /// the notes below. Made by [`CachedFile::reader`].
 ///
-/// It keeps one guard across its reads and leaves it every [`REPIN_EVERY`] hits, so that grace
+/// It keeps one guard across its reads and leaves it every `REPIN_EVERY` hits, so that grace
 /// periods still come; a read that is not a plain hit (a miss, a readahead marker, a folio not
 /// yet up to date, a read across folios or past the end, a folio some space maps) leaves the
 /// critical section for as long as the handle's own path takes. Results, access marking and
 /// readahead are those of the handle's own methods; hits reach the counters every
-/// [`REPIN_EVERY`] and at drop. One thread at a time (`&mut self`): threads that share a
+/// `REPIN_EVERY` and at drop. One thread at a time (`&mut self`): threads that share a
 /// handle make one reader each.
 ///
-/// A reader also remembers where it found folios (a small software TLB of [`TRANSLATIONS`]
+/// A reader also remembers where it found folios (a small software TLB of `TRANSLATIONS`
 /// slots): a hit on a folio it has seen skips the index walk, the folio's byte sequence showing
 /// that it is still the file's folio at that place.
 pub struct FileReader<'a> {

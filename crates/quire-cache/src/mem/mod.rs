@@ -2,7 +2,7 @@
 //!
 //! - [`pool`]: one anonymous mapping of `capacity` bytes cut into 4 KiB frames, 2 MiB aligned,
 //!   with a descriptor ([`Folio`]) per frame — the memmap.
-//! - [`buddy`]: the allocator of naturally aligned blocks of 2^order frames (order 0 to 9), with
+//! - `buddy`: the allocator of naturally aligned blocks of 2^order frames (order 0 to 9), with
 //!   sharded caches for order 0.
 //! - [`dirtybit`]: which frames were written since last cleared — the MMU's record, read through
 //!   userfaultfd's asynchronous write protection and `PAGEMAP_SCAN`, or a software bitmap.
@@ -28,12 +28,21 @@ pub(crate) mod borrow;
 #[cfg(loom)]
 #[doc(hidden)]
 pub mod borrow;
+// The allocator itself is reached only by the tests and the loom models; a library user sees its
+// counters through `FramePool::stats`.
+#[cfg(any(feature = "bench-internals", loom))]
 pub mod buddy;
+#[cfg(not(any(feature = "bench-internals", loom)))]
+// Its items are written `pub` for the tests and the models; its size accessors are theirs alone.
+#[allow(unreachable_pub, dead_code)]
+pub(crate) mod buddy;
 pub mod dirtybit;
 pub mod folio;
 pub mod pool;
 
-pub use buddy::{Buddy, BuddyStats, MAX_ORDER};
+pub use buddy::BuddyStats;
+#[cfg(any(feature = "bench-internals", loom))]
+pub use buddy::{Buddy, MAX_ORDER};
 pub use dirtybit::{DirtyBitKind, DirtyBitMode, DirtyBits};
 pub use folio::{Folio, FolioGuard, FolioRef, FrozenFolio, FRAME_SHIFT, FRAME_SIZE};
 pub use pool::{FramePool, PoolError};

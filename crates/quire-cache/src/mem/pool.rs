@@ -19,7 +19,7 @@
 //!   head descriptor of a folio describes the folio (see [`crate::mem::folio`]). Descriptors are
 //!   allocated with the pool and freed with it, never before, so a `&Folio` found by a lock-free
 //!   reader always points at a live descriptor (possibly of a reused folio).
-//! - The buddy allocator ([`crate::mem::buddy`]) hands out frame numbers.
+//! - The buddy allocator (`mem::buddy`) hands out frame numbers.
 //! - Deferred frees: a folio whose last reference is put while a thread borrows its bytes
 //!   without one (`mem/borrow.rs`) is not freed then but kept on the pool's deferred list, and
 //!   freed by the first free, allocation that finds no block, [`FramePool::drain`] or count of
@@ -45,10 +45,10 @@ use crate::sync::bitwait::WaitPolicy;
 use crate::sync::loom::{fence, AtomicUsize, Mutex, Ordering};
 
 /// The alignment of the pool's start: one order-[`MAX_ORDER`] block (2 MiB).
-pub const POOL_ALIGN: usize = FRAME_SIZE << MAX_ORDER;
+pub(crate) const POOL_ALIGN: usize = FRAME_SIZE << MAX_ORDER;
 
 /// The largest capacity a pool accepts: frame numbers must fit the buddy allocator's `u32`s.
-pub const MAX_CAPACITY: usize = ((u32::MAX - 1) as usize) << FRAME_SHIFT;
+pub(crate) const MAX_CAPACITY: usize = ((u32::MAX - 1) as usize) << FRAME_SHIFT;
 
 /// Why a pool could not be made.
 #[derive(Debug, thiserror::Error)]
@@ -99,7 +99,7 @@ unsafe impl Sync for FramePool {}
 
 impl FramePool {
     /// Maps a pool of `capacity` bytes with order-0 caches sized for this machine (see
-    /// [`Buddy::new`]).
+    /// `Buddy::new`).
     pub fn new(capacity: usize) -> Result<FramePool, PoolError> {
         let nr_frames = Self::check_capacity(capacity)?;
         Self::build(capacity, Buddy::new(nr_frames))

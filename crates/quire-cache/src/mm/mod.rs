@@ -7,7 +7,7 @@
 //! | quire | kernel | what |
 //! |---|---|---|
 //! | [`AnonMemory`] | the machine's anonymous memory and its swap | made over a [`PageCache`]: its folios share the cache's frame pool, LRU lists and reclaim |
-//! | [`Space`] | `mm_struct` with one `vm_area_struct` | a range of virtual pages, a page table ([`pte`]), faults, fork, mlock, munmap |
+//! | [`Space`] | `mm_struct` with one `vm_area_struct` | a range of virtual pages, a page table (`pte`), faults, fork, mlock, munmap |
 //! | `AnonVma` (`mm/rmap.rs`) | `anon_vma` | a *family* of spaces forked from one another; every anonymous folio names its family (`mapping`) and its virtual page (`index`) |
 //! | `swapfile` (`mm/swapfile.rs`) | `swap_info_struct`, `swap_map` | slots on a swap [`Store`], counted |
 //! | `swap_state` (`mm/swap_state.rs`) | the swap cache | an [`XArray`](crate::xarray::XArray) of folios keyed by slot |
@@ -61,7 +61,7 @@
 //! holds the page-table lock, no access through the old entry is in progress or can start.
 
 mod file;
-pub mod pte;
+pub(crate) mod pte;
 mod rmap;
 mod space;
 pub(crate) mod swap_state;

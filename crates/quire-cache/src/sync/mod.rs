@@ -11,7 +11,13 @@
 
 pub mod bitwait;
 mod bitwait_async;
+// The loom models' (tests/loom_doorbell.rs); the crate's own otherwise.
+#[cfg(any(feature = "bench-internals", loom))]
 pub mod doorbell;
+#[cfg(not(any(feature = "bench-internals", loom)))]
+// Its items are written `pub` for the models.
+#[allow(unreachable_pub)]
+pub(crate) mod doorbell;
 pub mod lockref;
 #[doc(hidden)]
 pub mod loom;

@@ -40,7 +40,7 @@
 //!
 //! # Shadows
 //!
-//! An evicted folio leaves `(age, n, workingset)` in its slot ([`super::workingset`]): the
+//! An evicted folio leaves `(age, n, workingset)` in its slot (`workingset`): the
 //! non-resident age, as the classic LRU's, its uses beyond the first and its `WORKINGSET` bit.
 //! A refault within the type's resident frames restores the uses, so the folio comes back in the
 //! tier it left, and if that tier is protected now it goes to the youngest generation.

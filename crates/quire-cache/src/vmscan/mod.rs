@@ -2,7 +2,7 @@
 //! `mm/workingset.c`: LRU lists, folio batches, background reclaim, refault detection from
 //! shadow entries and the shadow-node shrinker. One `Vmscan` per page cache.
 //!
-//! Three policies ([`ReclaimPolicy`]): the multi-generational LRU ([`lru_gen`], the default,
+//! Three policies ([`ReclaimPolicy`]): the multi-generational LRU (`lru_gen`, the default,
 //! with its loop protection), the classic active and inactive lists described below, and the
 //! clock they replaced. The first two share the lists' lock, the batches, the shadows and
 //! background reclaim; they differ in which lists a folio goes on, what an access does and what
@@ -55,10 +55,16 @@
 mod clock;
 mod kswapd;
 mod lru;
+// The generations' constants and helpers are the tests' (its counters are re-exported below).
+#[cfg(feature = "bench-internals")]
 pub mod lru_gen;
+#[cfg(not(feature = "bench-internals"))]
+// Its items are written `pub` for the tests.
+#[allow(unreachable_pub)]
+pub(crate) mod lru_gen;
 mod reclaim;
 mod swap;
-pub mod workingset;
+pub(crate) mod workingset;
 
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
@@ -69,7 +75,7 @@ use std::time::Duration;
 pub use lru::{Lru, NR_LRU_LISTS};
 pub(crate) use lru::{LruGuard, Lruvec};
 pub use lru_gen::LruGenStats;
-pub use workingset::{pack_shadow, unpack_shadow, GenShadow, Refault};
+pub(crate) use workingset::{GenShadow, Refault};
 
 use crate::mem::folio::{Folio, FolioGuard, FRAME_SHIFT};
 use crate::stats::Counters;
@@ -79,7 +85,7 @@ use crate::xarray::{ListedNode, NodeList};
 /// Which reclaim a cache runs (rule 7 of docs/RULES.md: the "before" is a runtime switch).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ReclaimPolicy {
-    /// The multi-generational LRU ([`lru_gen`]): generations, tiers with refault feedback,
+    /// The multi-generational LRU (`lru_gen`): generations, tiers with refault feedback,
     /// and (with `loop_protection`) adaptive insertion; batches and background reclaim as
     /// [`ReclaimPolicy::Lru`].
     #[default]

@@ -44,7 +44,7 @@
 //! # Shadow nodes
 //!
 //! Shadows live in the index's nodes, on the heap beside the budget. The index lists every
-//! node that holds only shadows ([`crate::xarray::NodeList`]), oldest first, and after every
+//! node that holds only shadows (`xarray::NodeList`), oldest first, and after every
 //! round of reclaim the shrinker deletes the oldest ones while there are more than
 //! `Vmscan::max_shadow_nodes`: one per sixteen frames of the budget. A shadow is useful only
 //! while its refault distance can still be within the workingset size — at most the budget —
@@ -69,13 +69,13 @@ const WORKINGSET_BIT: u64 = 1;
 /// A shadow entry's value, from the age at eviction and whether the folio was in the working
 /// set (the kernel's `pack_shadow`).
 #[inline]
-pub fn pack_shadow(age: u64, workingset: bool) -> u64 {
+pub(crate) fn pack_shadow(age: u64, workingset: bool) -> u64 {
     ((age & AGE_MASK) << 1) | u64::from(workingset)
 }
 
 /// The age at eviction and the working-set bit of a shadow (the kernel's `unpack_shadow`).
 #[inline]
-pub fn unpack_shadow(shadow: u64) -> (u64, bool) {
+pub(crate) fn unpack_shadow(shadow: u64) -> (u64, bool) {
     ((shadow >> 1) & AGE_MASK, shadow & WORKINGSET_BIT != 0)
 }
 
@@ -87,7 +87,7 @@ pub(crate) const GEN_AGE_MASK: u64 = (1 << GEN_AGE_BITS) - 1;
 /// What a multi-generational shadow keeps of an evicted folio (the kernel's `lru_gen_eviction`
 /// token, plus where the folio was evicted from).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct GenShadow {
+pub(crate) struct GenShadow {
     /// The non-resident age at eviction (modulo 2^56).
     pub age: u64,
     /// Its uses beyond the first (at most 7 are kept).
@@ -102,7 +102,7 @@ impl GenShadow {
     /// The shadow's value: bit 0 `workingset`, bits 1–3 `uses`, bit 4 `probation`, bits 5–60
     /// the age.
     #[inline]
-    pub fn pack(self) -> u64 {
+    pub(crate) fn pack(self) -> u64 {
         ((self.age & GEN_AGE_MASK) << 5)
             | (u64::from(self.probation) << 4)
             | (self.uses.min(7) << 1)
@@ -111,7 +111,7 @@ impl GenShadow {
 
     /// The shadow a value holds.
     #[inline]
-    pub fn unpack(shadow: u64) -> GenShadow {
+    pub(crate) fn unpack(shadow: u64) -> GenShadow {
         GenShadow {
             age: (shadow >> 5) & GEN_AGE_MASK,
             uses: (shadow >> 1) & 7,
@@ -123,7 +123,7 @@ impl GenShadow {
 
 /// What a refault came to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Refault {
+pub(crate) struct Refault {
     /// The refault distance (frames).
     pub distance: u64,
     /// Whether the folio was activated as part of the working set.

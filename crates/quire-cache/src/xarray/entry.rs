@@ -116,6 +116,8 @@ pub(super) fn order_of(shift: u32, nslots: usize) -> u32 {
 /// How many nodes splitting one entry of order `old` into pieces of order `new` (< `old`) needs:
 /// the pieces that fall on a lower level than the entry need every node of the subtrees that
 /// replace its slots. Saturates at `usize::MAX`.
+// Re-exported for the tests only (feature `bench-internals`).
+#[cfg_attr(not(feature = "bench-internals"), allow(unreachable_pub))]
 pub fn split_nodes(old: u32, new: u32) -> usize {
     if new >= old || old > MAX_ORDER {
         return 0;

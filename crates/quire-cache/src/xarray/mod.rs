@@ -82,10 +82,21 @@ mod write;
 use entry::*;
 use node::{Node, Spot, Step};
 
-pub use entry::{split_nodes, Entry, XaPointer};
-pub use nodelist::{ListedNode, NodeList};
+pub use entry::{Entry, XaPointer};
 pub use read::{Cursor, Iter};
-pub use write::{NodeReserve, XaLock, XaState};
+pub use write::{XaLock, XaState};
+// Node management: the shadow-node list the workingset shrinker walks, and the nodes a split
+// reserves. The page cache's own; public only for the tests and the benchmark.
+#[cfg(feature = "bench-internals")]
+pub use entry::split_nodes;
+#[cfg(feature = "bench-internals")]
+pub use nodelist::{ListedNode, NodeList};
+#[cfg(not(feature = "bench-internals"))]
+pub(crate) use nodelist::{ListedNode, NodeList};
+#[cfg(feature = "bench-internals")]
+pub use write::NodeReserve;
+#[cfg(not(feature = "bench-internals"))]
+pub(crate) use write::NodeReserve;
 
 use std::fmt;
 use std::marker::PhantomData;
@@ -114,7 +125,11 @@ pub const MAX_ORDER: u32 = 63;
 /// The largest integer a value entry can hold.
 pub const MAX_VALUE: u64 = u64::MAX >> 1;
 /// The most nodes one split may need ([`XaError::SplitTooLarge`] beyond it).
+#[cfg(feature = "bench-internals")]
 pub const MAX_SPLIT_NODES: usize = 1 << 16;
+/// The most nodes one split may need ([`XaError::SplitTooLarge`] beyond it).
+#[cfg(not(feature = "bench-internals"))]
+pub(crate) const MAX_SPLIT_NODES: usize = 1 << 16;
 /// How many marks every entry has.
 pub const NR_MARKS: usize = 3;
 
@@ -208,7 +223,7 @@ pub enum XaError {
         /// The order asked for.
         want: u32,
     },
-    /// A split that would need more than [`MAX_SPLIT_NODES`] nodes.
+    /// A split that would need more than `MAX_SPLIT_NODES` nodes.
     #[error(
         "splitting an order-{have} entry into order {want} needs {nodes} nodes, above the limit"
     )]
@@ -220,7 +235,7 @@ pub enum XaError {
         /// Nodes it would need.
         nodes: usize,
     },
-    /// A [`NodeReserve`] with too few nodes for the split asked for.
+    /// A `NodeReserve` with too few nodes for the split asked for.
     #[error("the split needs {needed} nodes but the reserve holds {have}")]
     ReserveTooSmall {
         /// Nodes needed.
@@ -406,6 +421,7 @@ impl<P: XaPointer> XArray<P> {
 
     /// An empty array that keeps its nodes holding only value entries on `list`, tagged with
     /// `token` (see [`NodeList`]): the page cache's shadow nodes, for the workingset shrinker.
+    #[cfg_attr(not(feature = "bench-internals"), doc(hidden))] // its list type is internal
     pub fn with_node_list(list: Arc<NodeList>, token: usize) -> XArray<P> {
         let mut xa = XArray::new();
         xa.list = Some((list, token));

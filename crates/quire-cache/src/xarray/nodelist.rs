@@ -236,6 +236,7 @@ impl<P: XaPointer> XArray<P> {
     /// tree and still holds only values; returns whether it did. The values go, the node is
     /// freed after a grace period, and emptied ancestors go too — the kernel's
     /// `xa_delete_node` as the workingset shrinker uses it.
+    #[cfg_attr(not(feature = "bench-internals"), doc(hidden))] // its list type is internal
     #[doc(alias = "xa_delete_node")]
     pub fn delete_listed(&self, n: &ListedNode) -> bool {
         self.lock().delete_listed(n)

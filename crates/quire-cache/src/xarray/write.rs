@@ -855,6 +855,7 @@ impl<'a, P: XaPointer> XaLock<'a, P> {
     }
 
     /// See [`XArray::delete_listed`].
+    #[cfg_attr(not(feature = "bench-internals"), doc(hidden))] // its list type is internal
     pub fn delete_listed(&mut self, n: &ListedNode) -> bool {
         let h = self.head();
         if !is_node(h) {

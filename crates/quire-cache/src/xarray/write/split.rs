@@ -155,6 +155,7 @@ impl<P: XaPointer> XaLock<'_, P> {
     /// with the entry's marks), taking the nodes it needs from `reserve`, allocated beforehand
     /// outside the lock.
     #[doc(alias = "xas_split")]
+    #[cfg_attr(not(feature = "bench-internals"), doc(hidden))] // its reserve type is internal
     pub fn split_with(
         &mut self,
         index: u64,
