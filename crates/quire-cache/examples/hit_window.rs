@@ -1,4 +1,5 @@
-//! A measuring aid for the hit path's length, not a benchmark of quire: what each instruction added to a hit
+//! A measuring aid for the hit path's length, not a benchmark of quire: what each instruction
+//! added to a hit
 //! costs when hits touch random pages of a buffer larger than the last-level cache.
 //!
 //! A loop like `kernel-mmap-ref`'s (64 bytes of a random page per iteration, the next index

@@ -13,8 +13,8 @@
 //!   scan is one frame, and the inactive list is never "low". Only a round after refaults
 //!   activated moves frames off the active tail first, as many as were activated (the rule in
 //!   `vmscan/reclaim.rs`);
-//! - [`PageCache::stats_exact`] drains the LRU batches, so after each call every folio is on its list
-//!   and the workingset size (the active list) is exact. The tests call it after every refault.
+//! - [`PageCache::stats_exact`] drains the LRU batches, so after each call every folio is on
+//!   its list and the workingset size (the active list) is exact. The tests call it after every refault.
 //!
 //! The rule under test (`vmscan/workingset.rs`): the non-resident age advances by one on every
 //! eviction and every activation; a refault's distance is the age now minus the age at

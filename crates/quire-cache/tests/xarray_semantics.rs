@@ -1,4 +1,5 @@
-//! One test per semantic of the XArray (as `lib/xarray.c` defines them), on small hand-built arrays.
+//! One test per semantic of the XArray (as `lib/xarray.c` defines them), on small hand-built
+//! arrays.
 
 use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -470,7 +470,8 @@ impl Counters {
     }
 }
 
-/// The engine's end of a read it handed to a store as a [`crate::store::ReadRequest`]: the request's own end,
+/// The engine's end of a read it handed to a store as a [`crate::store::ReadRequest`]: the
+/// request's own end,
 /// after the engine's count of requests in flight.
 struct StoreReadEnd {
     end: Box<dyn BioEnd>,
@@ -595,7 +596,8 @@ impl Engine {
     }
 
     /// Hands a batch of reads for `store`, which completes reads itself
-    /// ([`Store::completes_reads`]), to the store as [`crate::store::ReadRequest`]s, counted as the engine's
+    /// ([`Store::completes_reads`]), to the store as [`crate::store::ReadRequest`]s, counted as
+    /// the engine's
     /// own requests.
     pub(crate) fn submit_to_store(&self, store: &dyn Store, bios: Vec<Bio>) {
         if bios.is_empty() {

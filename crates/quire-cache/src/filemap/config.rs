@@ -7,7 +7,8 @@ use crate::sync::bitwait::WaitPolicy;
 use crate::vmscan::ReclaimPolicy;
 use crate::xarray::AddWalks;
 
-/// How a [`PageCache`](super::PageCache) is set up. Sizes are in bytes. Start from [`CacheConfig::new`] and set
+/// How a [`PageCache`](super::PageCache) is set up. Sizes are in bytes. Start from
+/// [`CacheConfig::new`] and set
 /// the fields to change:
 ///
 /// ```
@@ -43,7 +44,8 @@ pub struct CacheConfig {
     pub dirty_expire: Duration,
     /// How often the flusher wakes up on its own. Default 500 ms.
     pub flush_interval: Duration,
-    /// Blocking I/O threads of the engine: all of its I/O with [`crate::bio::IoEngineKind::Threads`], the
+    /// Blocking I/O threads of the engine: all of its I/O with
+    /// [`crate::bio::IoEngineKind::Threads`], the
     /// I/O of stores without a file descriptor with io_uring. Default 2 (0: requests run on
     /// the thread that submits them, so readahead is synchronous).
     pub io_threads: usize,
@@ -60,7 +62,8 @@ pub struct CacheConfig {
     #[cfg(feature = "bench-internals")]
     pub add_walks: AddWalks,
     /// How long an allocation may wait for reclaim to free memory before reporting
-    /// [`FilemapError::NoMemory`](super::FilemapError::NoMemory) (every frame pinned by references or locks). Default 5 s.
+    /// [`FilemapError::NoMemory`](super::FilemapError::NoMemory) (every frame pinned by references
+    /// or locks). Default 5 s.
     pub alloc_timeout: Duration,
     /// Which reclaim runs: the multi-generational LRU (the default), the classic active and
     /// inactive lists, or the clock they replaced. See [`crate::vmscan`].

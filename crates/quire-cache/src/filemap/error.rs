@@ -9,7 +9,8 @@ use crate::store::StoreError;
 /// Errors of the page cache. Nothing cached is lost when one is returned.
 #[derive(Debug, thiserror::Error)]
 pub enum FilemapError {
-    /// `offset + len` is past [`MAX_FILE_SIZE`](super::MAX_FILE_SIZE) (or overflows): `EFBIG` for a file system.
+    /// `offset + len` is past [`MAX_FILE_SIZE`](super::MAX_FILE_SIZE) (or overflows): `EFBIG` for
+    /// a file system.
     #[error("offset {offset} with length {len} is past the largest file offset")]
     Overflow {
         /// The offset asked for.

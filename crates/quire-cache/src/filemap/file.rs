@@ -12,7 +12,8 @@ use crate::mem::folio::{FolioRef, FRAME_SHIFT};
 use crate::store::StoreError;
 
 /// One open handle on a cached file: the mapping, plus this handle's readahead state and its
-/// position in the file's write-back error sequence. Made by [`PageCache::open`](super::PageCache::open).
+/// position in the file's write-back error sequence. Made by
+/// [`PageCache::open`](super::PageCache::open).
 ///
 /// Reads and writes are positional, like `pread` and `pwrite` (there is no file position;
 /// many threads may use one handle at once). Besides its own methods, which return the typed
@@ -118,7 +119,8 @@ impl CachedFile {
     }
 
     /// Reads exactly `buf.len()` bytes at `offset`, or fails with
-    /// [`io::ErrorKind::UnexpectedEof`](std::io::ErrorKind::UnexpectedEof) (as a store error) if the file is shorter.
+    /// [`io::ErrorKind::UnexpectedEof`](std::io::ErrorKind::UnexpectedEof) (as a store error) if
+    /// the file is shorter.
     pub fn read_exact_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
         let n = self.read_at(offset, buf)?;
         if n < buf.len() {
@@ -257,7 +259,8 @@ impl CachedFile {
     ///
     /// Pages the write covers only in part are read first if not cached (a failed read stops
     /// the write there). The data is dirty in the cache until written back; the writer may
-    /// wait if dirty memory is above the limit ([`CacheConfig::dirty_limit`](super::CacheConfig::dirty_limit)), and is refused
+    /// wait if dirty memory is above the limit
+    /// ([`CacheConfig::dirty_limit`](super::CacheConfig::dirty_limit)), and is refused
     /// with [`FilemapError::DirtyLimit`] if it stays there while this file's write-back fails.
     #[doc(alias = "generic_perform_write")]
     #[doc(alias = "pwrite")]
@@ -352,7 +355,8 @@ impl CachedFile {
     /// [`CachedFile::write_at`] that awaits, instead of blocking on, the reads a write needs:
     /// the pages it covers only in part that are not cached are read first
     /// ([`CachedFile::read_folio_async`]), then the write is made in the cache. Dirty
-    /// throttling ([`CacheConfig::dirty_limit`](super::CacheConfig::dirty_limit)) may still block the thread for a moment.
+    /// throttling ([`CacheConfig::dirty_limit`](super::CacheConfig::dirty_limit)) may still block
+    /// the thread for a moment.
     pub async fn write_at_async(&self, offset: u64, data: &[u8]) -> Result<usize> {
         if data.is_empty() {
             return self.write_at(offset, data);

@@ -1,8 +1,11 @@
 //! The page cache proper, after `mm/filemap.c`: cached files with a fixed memory budget.
 //!
-//! A [`PageCache`] owns one [`FramePool`](crate::mem::pool::FramePool) (the whole memory budget) and the background threads
-//! (the flusher and the readahead I/O workers). [`PageCache::open`] wraps a [`Store`](crate::store::Store) in a
-//! mapping — the `address_space`: an [`XArray`](crate::xarray::XArray) of folios and shadow entries, the file's length
+//! A [`PageCache`] owns one [`FramePool`](crate::mem::pool::FramePool) (the whole memory budget)
+//! and the background threads
+//! (the flusher and the readahead I/O workers). [`PageCache::open`] wraps a
+//! [`Store`](crate::store::Store) in a
+//! mapping — the `address_space`: an [`XArray`](crate::xarray::XArray) of folios and shadow
+//! entries, the file's length
 //! and its write-back error sequence — and returns a [`CachedFile`], one open handle with its
 //! own readahead state and its own position in the error sequence. [`CachedFile::reopen`] gives
 //! another handle on the same mapping. Many files share one cache and one budget.
@@ -10,7 +13,8 @@
 //! # The index and its references
 //!
 //! Every folio in a mapping's index holds one counted reference owned by the index (a raw
-//! reference: [`FolioRef::into_raw`](crate::mem::folio::FolioRef::into_raw)); its flag word has [`LRU`](crate::mem::folio::LRU) set
+//! reference: [`FolioRef::into_raw`](crate::mem::folio::FolioRef::into_raw)); its flag word has
+//! [`LRU`](crate::mem::folio::LRU) set
 //! while it is there, and its `mapping` field holds the mapping's id. The index's marks:
 //!
 //! | mark | meaning |
@@ -21,7 +25,8 @@
 //! # Lookups (rule 5 of docs/RULES.md)
 //!
 //! A lookup pins an epoch guard, loads the slot, takes a speculative reference with
-//! [`Folio::try_get`](crate::mem::folio::Folio::try_get) (which fails on a free or frozen descriptor) and loads the slot again: if
+//! [`Folio::try_get`](crate::mem::folio::Folio::try_get) (which fails on a free or frozen
+//! descriptor) and loads the slot again: if
 //! it still holds the same folio, the reference is good; otherwise it is put back and the lookup
 //! starts over. Descriptors are never freed (rule 1 of docs/RULES.md), so the speculative reference is always
 //! safe to attempt.

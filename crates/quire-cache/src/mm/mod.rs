@@ -33,13 +33,15 @@
 //! reclaim's unmap), the writes its frame recorded must reach `DIRTY` — unless nobody can ever
 //! read them. With [`DirtyTest::SkipDeadAnon`] (the default) the hardware bit is tested and
 //! cleared for file folios and for anonymous folios **in the swap cache**, and not for anonymous
-//! folios outside it: their content dies with the mapping. The swap-cache condition is needed: a folio swapped in (clean, its slot current) and then
+//! folios outside it: their content dies with the mapping. The swap-cache condition is needed: a
+//! folio swapped in (clean, its slot current) and then
 //! written in place has its only record of the write in the hardware bit; if a space forked
 //! from the writer mlocked it, reclaim unmaps the writer (leaving a swap entry) and fails on the
 //! locker; when the locker exits its last unmap must transfer the bit, or reclaim frees a folio
 //! it thinks clean and the writer reads stale bytes from swap (the unit tests in `mm/tests.rs`).
 //! `DirtyTest::Always` (feature `bench-internals`) tests on every last unmap (the "before",
-//! rule 7 of docs/RULES.md). Reclaim's own unmap always tests. Tests are counted as `dirty_tests`, transfers as `dirty_transfers`.
+//! rule 7 of docs/RULES.md). Reclaim's own unmap always tests. Tests are counted as `dirty_tests`,
+//! transfers as `dirty_transfers`.
 //!
 //! # Lock order
 //!

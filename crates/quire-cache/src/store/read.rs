@@ -15,7 +15,8 @@ pub(crate) trait ReadEnd: Send {
     fn end_read(self: Box<Self>, result: Result<usize, StoreError>);
 }
 
-/// A read handed to a store that completes reads itself ([`Store::completes_reads`]): a stretch of frame memory to fill from the store at
+/// A read handed to a store that completes reads itself ([`Store::completes_reads`]): a stretch of
+/// frame memory to fill from the store at
 /// [`offset`](Self::offset), owned by the store until it calls [`complete`](Self::complete).
 ///
 /// The store may finish it on any thread, in any order, later than the call that took it (an

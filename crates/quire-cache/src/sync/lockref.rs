@@ -30,7 +30,8 @@
 //! # Two policies
 //!
 //! [`RefPolicy::Cmpxchg`] (the default) is lockref. `RefPolicy::Spinlock` (feature
-//! `bench-internals`) is the "before" (rule 7 of docs/RULES.md): every operation takes the spinlock, changes the count and unlocks, as the
+//! `bench-internals`) is the "before" (rule 7 of docs/RULES.md): every operation takes the
+//! spinlock, changes the count and unlocks, as the
 //! dcache did before lockref. The policy is a plain field next to the word, read once per
 //! operation: on the default path the switch costs one well-predicted branch on a value in the
 //! same cache line as the word.

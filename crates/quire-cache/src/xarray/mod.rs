@@ -66,7 +66,8 @@
 //! (shadows) of the same or smaller order are replaced and the first is returned; a shadow of
 //! larger order is split first — if the split needs nodes, the lock is dropped, the nodes are
 //! allocated, the lock is taken again and, if the shadow changed in between, it starts over. The
-//! store continues from the position the walk reached. `XArray::add_multi_walk` (feature `bench-internals`) is the
+//! store continues from the position the walk reached. `XArray::add_multi_walk` (feature
+//! `bench-internals`) is the
 //! pre-patch "before" (rule 7 of docs/RULES.md): one walk to read the order at the index, a conflict
 //! walk, and another walk to read the order again when something was found.
 //!

@@ -1,5 +1,6 @@
 //! Suite `unmap`: what skipping dead anonymous content saves when anonymous memory goes away
-//! (technique 5, `quire::mm`). Variants: `skip-dead-anon` (the rule: no dirty-bit test for anonymous folios
+//! (technique 5, `quire::mm`). Variants: `skip-dead-anon` (the rule: no dirty-bit test for
+//! anonymous folios
 //! outside the swap cache) and `always-test-dirty` (the before: test every folio's dirty bit on
 //! its last unmap). The dirty bit in use (hardware or software) is printed.
 //!

@@ -1,5 +1,6 @@
 //! The insert of technique 4 ([`XArray::add`]) and its pre-patch "before"
-//! (`XArray::add_multi_walk`, feature `bench-internals`): the conflict check done on the path of the walk that also
+//! (`XArray::add_multi_walk`, feature `bench-internals`): the conflict check done on the path of
+//! the walk that also
 //! stores, and the split of a larger shadow with its nodes allocated outside the lock.
 
 use super::*;

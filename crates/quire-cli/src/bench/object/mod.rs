@@ -39,7 +39,8 @@
 //! uploading the 1 GiB file); `daemon_rss_mib` shows what each daemon held.
 //!
 //! Every read is `O_DIRECT` (fio `--direct=1`), so that no variant is served by the kernel's
-//! page cache above FUSE (quire's mount opens files with direct I/O anyway). `AWS_CA_BUNDLE` and the other AWS variables of the environment are removed for the
+//! page cache above FUSE (quire's mount opens files with direct I/O anyway). `AWS_CA_BUNDLE` and
+//! the other AWS variables of the environment are removed for the
 //! daemons (the endpoint is plain HTTP; Debian's rclone 1.60 fails while it is set).
 //!
 //! Cases, each variant in turn:
