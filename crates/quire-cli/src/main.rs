@@ -57,10 +57,14 @@ enum Command {
         /// List the suites and their variants, and exit.
         #[arg(long)]
         list: bool,
-        /// `evict` only: replay this page-access trace through every quire variant, the
-        /// default configuration and OPT, instead of the suite's cases (one page number per
-        /// line, or libCacheSim's oracleGeneral binary or csv).
-        #[arg(long, value_name = "FILE")]
+        /// `evict` only: replay page-access traces through every quire variant, the default
+        /// configuration, OPT and the cache libraries a user would pick instead (exact-lru,
+        /// arc, 2q, s3-fifo, sieve, w-tinylfu, foyer-lru, moka, quick_cache), instead of the
+        /// suite's cases. PATH is a trace file (one page number per line, or libCacheSim's
+        /// oracleGeneral binary or csv; `.gz` files are decompressed as read), a directory
+        /// (every file in it, by name, but hidden files and *.md), or a pattern of file names
+        /// with `*` and `?` (quote it: 'traces/lirs-*').
+        #[arg(long, value_name = "PATH")]
         trace: Option<PathBuf>,
         /// The trace's format (default: by extension — .oracleGeneral and .bin binary, .csv
         /// and .tsv csv — else text).
@@ -70,6 +74,14 @@ enum Command {
         /// trace's distinct pages, at least 1 MiB).
         #[arg(long, value_name = "SIZE", requires = "trace", value_parser = mount::parse_size)]
         budget: Option<usize>,
+        /// The cache sizes of a trace replay, each trace replayed at each: a percentage of its
+        /// distinct pages (0.1%), a number of entries (4096) or bytes (64M, a page per entry),
+        /// comma-separated, e.g. `--sizes 0.1%,1%,10%,40%`. A size under 256 entries (1 MiB)
+        /// is left out for that trace. Prints a table per trace and a summary per size against
+        /// exact LRU. Not with --budget.
+        #[arg(long, value_name = "LIST", requires = "trace", conflicts_with = "budget",
+              value_parser = bench::evict::parse_sizes)]
+        sizes: Option<bench::evict::TraceSizes>,
         /// A trace replay without readahead: every page is read only when the trace asks for
         /// it, so the variants differ only in what they keep (as OPT and cache libraries are
         /// judged).
@@ -172,6 +184,7 @@ fn main() -> anyhow::Result<()> {
             trace,
             trace_format,
             budget,
+            sizes,
             no_readahead,
         } => {
             if list {
@@ -186,6 +199,7 @@ fn main() -> anyhow::Result<()> {
                 path,
                 format: trace_format,
                 budget: budget.map(|b| b as u64),
+                sizes,
                 readahead: !no_readahead,
             });
             // Each count once, smallest first (the tables and charts read them in order).

@@ -272,3 +272,196 @@ fn malformed_traces_are_refused_with_where() {
     let out = quire(&["bench", "evict", "--budget", "2M"]);
     assert!(!out.status.success());
 }
+
+fn gzip(text: &str) -> Vec<u8> {
+    use std::io::Write;
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    e.write_all(text.as_bytes()).unwrap();
+    e.finish().unwrap()
+}
+
+/// `n` accesses, Zipf-like over `pages` page numbers, one per line.
+fn zipf_lines(pages: usize, n: usize, seed: u64) -> String {
+    let (c, mut rng) = (cdf(pages), Lcg(seed));
+    (0..n).map(|_| format!("{}\n", rng.zipf(&c))).collect()
+}
+
+/// The peers of `peers.rs` with their names in the suite (`quire bench --list`).
+const PEERS: &[&str] = &[
+    "exact-lru",
+    "arc",
+    "2q",
+    "s3-fifo",
+    "sieve",
+    "w-tinylfu",
+    "foyer-lru",
+    "moka",
+    "quick_cache",
+];
+
+#[test]
+fn a_directory_of_traces_at_several_sizes_with_the_peers() {
+    let dir = Dir::new("many");
+    let traces = dir.path("traces");
+    fs::create_dir(&traces).unwrap();
+    // a: every one of 1000 pages, then Zipf over them; gzip-compressed.
+    let a: String =
+        (0..1000).map(|p| format!("{p}\n")).collect::<String>() + &zipf_lines(1000, 3000, 3);
+    fs::write(traces.join("a.txt.gz"), gzip(&a)).unwrap();
+    // b: Zipf over 2000 pages, plain text.
+    fs::write(traces.join("b.txt"), zipf_lines(2000, 4000, 5)).unwrap();
+    fs::write(
+        traces.join("README.md"),
+        "# notes, not a trace\nsee above\n",
+    )
+    .unwrap();
+    let json = dir.path("out.json");
+    let out = quire(&[
+        "bench",
+        "evict",
+        "--trace",
+        traces.to_str().unwrap(),
+        "--sizes",
+        "30%,10%",
+        "--no-readahead",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    for t in [
+        "evict / trace a\n",
+        "evict / trace b\n",
+        "evict / summary at 30%",
+        "a 300 (30%)",
+        "cells left out (under 256 entries): a 10% (100 entries)",
+    ] {
+        assert!(stdout.contains(t), "{t:?} not in {stdout}");
+    }
+    assert!(!stdout.contains("summary at 10%"), "{stdout}");
+    let r: serde_json::Value = serde_json::from_slice(&fs::read(&json).unwrap()).unwrap();
+    let t = &r["trace"];
+    assert_eq!(t["baseline"], "exact-lru");
+    let cells = t["cells"].as_array().expect("cells");
+    assert_eq!(cells.len(), 2, "{t}");
+    assert_eq!(t["skipped"].as_array().unwrap().len(), 2, "{t}");
+    let mut variants = quire_variants();
+    variants.extend(["default", "opt"].map(String::from));
+    variants.extend(PEERS.iter().map(|p| p.to_string()));
+    for c in cells {
+        let name = c["trace"].as_str().unwrap();
+        assert_eq!(c["size"], "30%");
+        assert_eq!(
+            c["case"].as_str().unwrap(),
+            format!("trace {name} {}", c["capacity"])
+        );
+        let figs = c["variants"].as_array().unwrap();
+        let hit = |v: &str| {
+            figs.iter()
+                .find(|f| f["variant"] == v)
+                .unwrap_or_else(|| panic!("{name}: no {v}"))
+        };
+        let opt = hit("opt")["hit_ratio"].as_f64().unwrap();
+        for v in &variants {
+            let f = hit(v);
+            let h = f["hit_ratio"].as_f64().unwrap();
+            assert!(
+                (0.0..=opt + 1e-9).contains(&h),
+                "{name} {v}: {h} (opt {opt})"
+            );
+            if v != "opt" {
+                let speed = f["accesses_per_s"].as_f64().unwrap_or(0.0);
+                assert!(speed > 0.0, "{name} {v}: no accesses_per_s");
+            }
+        }
+    }
+    let summary = t["summary"].as_array().unwrap();
+    assert_eq!(summary.len(), 1);
+    let rows = summary[0]["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), variants.len());
+    let lru = rows.iter().find(|r| r["variant"] == "exact-lru").unwrap();
+    assert_eq!(lru["mean_miss_ratio_reduction"].as_f64(), Some(0.0));
+    assert_eq!(lru["cells"], 2);
+    assert!(rows.iter().all(|r| r["rank"].as_u64().is_some()));
+    // OPT reduces misses the most.
+    assert_eq!(rows[0]["variant"], "opt");
+}
+
+#[test]
+fn a_pattern_with_some_variants_and_bad_arguments() {
+    let dir = Dir::new("glob");
+    let a: String = zipf_lines(1000, 3000, 9);
+    fs::write(dir.path("a.txt.gz"), gzip(&a)).unwrap();
+    fs::write(dir.path("b.txt"), "1\n").unwrap();
+    let json = dir.path("out.json");
+    let pattern = dir.path("*.gz");
+    let out = quire(&[
+        "bench",
+        "evict",
+        "--trace",
+        pattern.to_str().unwrap(),
+        "--sizes",
+        "300,1M",
+        "--no-readahead",
+        "--variants",
+        "exact-lru,opt,moka",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stderr.contains("(median of 3 runs)"), "{stderr}");
+    let r: serde_json::Value = serde_json::from_slice(&fs::read(&json).unwrap()).unwrap();
+    let cells = r["trace"]["cells"].as_array().unwrap();
+    let caps: Vec<u64> = cells
+        .iter()
+        .map(|c| c["capacity"].as_u64().unwrap())
+        .collect();
+    assert_eq!(caps, [300, 256]);
+    for c in cells {
+        let vs: Vec<&str> = c["variants"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v["variant"].as_str().unwrap())
+            .collect();
+        assert_eq!(vs, ["opt", "exact-lru", "moka"]);
+    }
+
+    // A malformed line in a gzip trace: the file and the line named.
+    let bad = dir.path("bad.txt.gz");
+    fs::write(&bad, gzip("1\n2\nthree\n")).unwrap();
+    let out = quire(&["bench", "evict", "--trace", bad.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains(&format!(
+            "{}:3: \"three\" is not a page number",
+            bad.display()
+        )),
+        "{stderr}"
+    );
+    // --sizes and --budget together, and a bad size.
+    let t = dir.path("b.txt");
+    let t = t.to_str().unwrap();
+    let out = quire(&[
+        "bench", "evict", "--trace", t, "--budget", "2M", "--sizes", "1%",
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("cannot be used with"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = quire(&["bench", "evict", "--trace", t, "--sizes", "1%,,2%"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("an empty size"));
+    // The peers are variants of the suite.
+    let out = quire(&["bench", "--list", "--trace", t]);
+    let list = String::from_utf8_lossy(&out.stdout);
+    for p in PEERS {
+        assert!(list.contains(p), "{p} not in {list}");
+    }
+}

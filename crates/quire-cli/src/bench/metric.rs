@@ -28,7 +28,7 @@ impl Better {
             // Throughput: operations, bytes or walks per wall-clock or CPU second.
             "ops_per_s" | "ops_per_cpu_s" | "iops" | "iops_per_cpu_s" | "mb_per_s"
             | "handoffs_per_cpu_s" | "inserts_per_s" | "stats_per_s" | "walks_per_s"
-            | "walks_per_cpu_s" | "objects_per_s" => Higher,
+            | "walks_per_cpu_s" | "objects_per_s" | "accesses_per_s" => Higher,
             // What stayed in memory.
             "hit_ratio" | "hot_hit_ratio" | "demand_hit_ratio" => Higher,
             // What a reader keeps of its throughput beside other work on the cache.

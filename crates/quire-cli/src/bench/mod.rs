@@ -108,6 +108,9 @@ pub struct Bench {
     selection: Selection,
     /// `--threads`: the thread counts of the scaling cases.
     threads: Option<Vec<usize>>,
+    /// The cells a trace replay ran (each once, however many `--runs`) and those it left out.
+    trace_cells: Vec<evict::CellInfo>,
+    trace_skipped: Vec<evict::SkippedCell>,
 }
 
 impl Bench {
@@ -129,6 +132,20 @@ impl Bench {
     /// The trace to replay (`--trace`, `evict` only).
     pub fn trace(&self) -> Option<&evict::TraceArgs> {
         self.trace.as_ref()
+    }
+
+    /// Declares a cell of a trace replay: its figures are recorded under `cell.case`.
+    pub fn trace_cell(&mut self, cell: evict::CellInfo) {
+        if !self.trace_cells.iter().any(|c| c.case == cell.case) {
+            self.trace_cells.push(cell);
+        }
+    }
+
+    /// Declares a cell of a trace replay that was left out.
+    pub fn trace_skipped(&mut self, cell: evict::SkippedCell) {
+        if !self.trace_skipped.contains(&cell) {
+            self.trace_skipped.push(cell);
+        }
     }
 
     /// Whether to run the variant `name` of the running suite (`--variants`; all of them
@@ -290,6 +307,7 @@ pub fn run(opts: &Options<'_>) -> anyhow::Result<()> {
         variants: selection.names().map(<[String]>::to_vec),
         pairs: Vec::new(),
         results: Vec::new(),
+        trace: None,
     };
     println!("{}", report.host);
     if let Some(v) = &report.variants {
@@ -305,7 +323,7 @@ pub fn run(opts: &Options<'_>) -> anyhow::Result<()> {
         threads: opts.threads,
     };
     let steps = |s: &Suite| match opts.trace {
-        Some(_) => evict::trace_steps(),
+        Some(t) => evict::trace_steps(t),
         None => (s.steps)(&plan),
     };
     let total: u64 = chosen.iter().map(|s| steps(s)).sum::<u64>() * runs as u64;
@@ -325,6 +343,8 @@ pub fn run(opts: &Options<'_>) -> anyhow::Result<()> {
         trace: opts.trace.cloned(),
         selection,
         threads: opts.threads.map(<[usize]>::to_vec),
+        trace_cells: Vec::new(),
+        trace_skipped: Vec::new(),
     };
     let started = Instant::now();
     for s in &chosen {
@@ -349,7 +369,17 @@ pub fn run(opts: &Options<'_>) -> anyhow::Result<()> {
         report.results.extend(aggregate(&bench.samples));
         bench.samples.clear();
         report.pairs.append(&mut bench.pairs);
-        let tables = table::render_suite(&report, s.name);
+        // A trace replay of several cells shows a table per trace and a summary in place of
+        // a table per case (per cell); one cell shows both.
+        let mut tables = String::new();
+        if opts.trace.is_none() || bench.trace_cells.len() == 1 {
+            tables = table::render_suite(&report, s.name);
+        }
+        if opts.trace.is_some() {
+            let t = evict::trace_report(&report.results, &bench.trace_cells, &bench.trace_skipped);
+            tables.push_str(&evict::render_trace(&t));
+            report.trace = Some(t);
+        }
         bench.progress.suspend(|| print!("{tables}"));
         if let Some(path) = opts.json {
             report.save(path)?;
@@ -400,6 +430,8 @@ mod tests {
             trace: None,
             selection,
             threads: None,
+            trace_cells: Vec::new(),
+            trace_skipped: Vec::new(),
         }
     }
 

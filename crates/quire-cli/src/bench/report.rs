@@ -135,6 +135,10 @@ pub struct Report {
     #[serde(default)]
     pub pairs: Vec<Pair>,
     pub results: Vec<Record>,
+    /// A trace replay's cells and their summary against exact LRU (`evict --trace`; absent
+    /// otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<super::evict::TraceReport>,
 }
 
 impl Report {
@@ -329,6 +333,7 @@ mod tests {
                 after: "exact".into(),
             }],
             results: aggregate(&[s("exact", "ops_per_s", 1.0), s("exact", "ops_per_s", 2.0)]),
+            trace: None,
         };
         let text = serde_json::to_string(&r).unwrap();
         assert_eq!(Report::parse(&text).unwrap(), r);

@@ -153,6 +153,7 @@ mod tests {
                 after: "waiters-bit".into(),
             }],
             results: aggregate(samples),
+            trace: None,
         }
     }
 

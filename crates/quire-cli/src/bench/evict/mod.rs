@@ -58,13 +58,16 @@
 //!   held at any moment, sampled every 4 MiB (`index_heap_bytes_per_budget_byte`: nodes ×
 //!   their 576 bytes), with the shadow shrinker (`shrinker`) and without (`no-shrinker`).
 //!
-//! With `--trace FILE` the suite runs none of these cases: it replays the page-access trace in
-//! FILE (one page number per line, or libCacheSim's `oracleGeneral` binary or csv; format by
-//! extension or `--trace-format text|oracle-general|csv`) through every quire variant above,
-//! through `default` (the configuration a user gets without choosing) and through `opt`, with a
-//! budget of `--budget SIZE` (default: a quarter of the trace's distinct pages, at least 1 MiB):
-//! case `trace`, `hit_ratio`, `demand_hit_ratio`, `evicted_pages` and `reclaim_ns_per_evicted`
-//! (`trace.rs`). The pages are read one at a time, single-threaded, from a store whose bytes
+//! With `--trace PATH` the suite runs none of these cases: it replays the page-access traces
+//! PATH names (a file, a directory or a pattern; one page number per line, or libCacheSim's
+//! `oracleGeneral` binary or csv, perhaps gzip-compressed; format by extension or
+//! `--trace-format text|oracle-general|csv`) through every quire variant above, through
+//! `default` (the configuration a user gets without choosing), through `opt` and through the
+//! cache libraries of `peers.rs`, with a budget of `--budget SIZE` (default: a quarter of the
+//! trace's distinct pages, at least 1 MiB) or at each size of `--sizes LIST`: `hit_ratio`,
+//! `accesses_per_s`, and for quire `demand_hit_ratio`, `evicted_pages` and
+//! `reclaim_ns_per_evicted` (`trace.rs`), then a table per trace and a summary per size
+//! against exact LRU (`summary.rs`). The pages are read one at a time, single-threaded, from a store whose bytes
 //! are computed, through the ordinary cache, so readahead acts as it would for a real reader
 //! (and pages it reads that go unused count against `hit_ratio`):
 //! `quire bench evict --trace my.trace --budget 64M`.
@@ -72,6 +75,8 @@
 mod kernel;
 mod lifecycle;
 mod patterns;
+mod peers;
+mod summary;
 mod trace;
 pub(crate) mod workload;
 
@@ -93,7 +98,10 @@ use patterns::{loop_case, scan_case, zipf_case, SCAN_FILES_NAP};
 use workload::{interleave, opt_ratio, permutation, uniform_trace, zipf_trace};
 
 pub use kernel::child_main;
-pub use trace::{steps as trace_steps, TraceArgs, TraceFormat};
+pub use summary::{
+    collect as trace_report, render as render_trace, CellInfo, SkippedCell, TraceReport,
+};
+pub use trace::{parse_sizes, steps as trace_steps, TraceArgs, TraceFormat, TraceSizes};
 
 pub const SUITE: Suite = Suite {
     name: "evict",
@@ -214,7 +222,8 @@ pub(crate) const VARIANTS: &[&str] = &[
 ];
 
 /// The variants of a trace replay (`--trace`): those of [`QUIRE`], `default` (a replay of
-/// `CacheConfig::new`'s configuration) and `opt`.
+/// `CacheConfig::new`'s configuration), `opt`, and the cache libraries of `peers.rs`
+/// ([`peers::PEERS`], in its order).
 pub(crate) const TRACE_VARIANTS: &[&str] = &[
     "clock",
     "lru",
@@ -224,6 +233,15 @@ pub(crate) const TRACE_VARIANTS: &[&str] = &[
     "multigen-loop-4k",
     "default",
     "opt",
+    "exact-lru",
+    "arc",
+    "2q",
+    "s3-fifo",
+    "sieve",
+    "w-tinylfu",
+    "foyer-lru",
+    "moka",
+    "quick_cache",
 ];
 
 /// Whether the quire variant `v` runs: asked for by its name, or, being the default, as
@@ -452,7 +470,12 @@ mod tests {
             );
         }
         assert_eq!(QUIRE.len() + 5, VARIANTS.len());
-        assert_eq!(QUIRE.len() + 2, TRACE_VARIANTS.len());
+        // The peers follow quire's variants, `default` and `opt`, in their table's order.
+        let peers: Vec<&str> = peers::PEERS.iter().map(|p| p.name()).collect();
+        assert_eq!(TRACE_VARIANTS[QUIRE.len() + 2..], peers[..]);
+        for (i, v) in TRACE_VARIANTS.iter().enumerate() {
+            assert!(!TRACE_VARIANTS[..i].contains(v), "{v} twice");
+        }
         assert_eq!(QUIRE.iter().filter(|v| v.is_default()).count(), 1);
     }
 }

@@ -1,7 +1,27 @@
-//! `quire bench evict --trace FILE [--trace-format F] [--budget SIZE]`: a page-access trace of
-//! the user's own, replayed through every quire variant of the suite ([`QUIRE`]), through
-//! `default` (the configuration a user gets without choosing, [`CacheConfig::new`]) and
-//! through Belady's optimum (`opt`, the ceiling), in place of the suite's cases.
+//! `quire bench evict --trace PATH [--trace-format F] [--budget SIZE | --sizes LIST]`:
+//! page-access traces of the user's own, replayed through every quire variant of the suite
+//! ([`QUIRE`]), through `default` (the configuration a user gets without choosing,
+//! [`CacheConfig::new`]), through Belady's optimum (`opt`, the ceiling) and through the cache
+//! libraries a user would pick instead (`peers.rs`), in place of the suite's cases.
+//!
+//! # Traces and cells
+//!
+//! `PATH` is a trace file; a directory, whose regular files are read in name order (hidden
+//! files and `*.md` notes left out); or a pattern whose last component holds `*` (any run of
+//! characters) or `?` (one), matched against the file names of its directory, in name order
+//! ([`trace_files`]). A `.gz` file is decompressed as it is read; its format is that of its
+//! name without `.gz` (`x.txt.gz`: text).
+//!
+//! A cell is one trace at one cache size, in entries of a page. Without `--sizes` a trace has
+//! one cell, its budget `--budget` or a quarter of its distinct pages (below). `--sizes` gives
+//! every trace a cell per size: a percentage of the trace's distinct pages (rounded down), a
+//! number of entries, or bytes (a page per entry) ([`parse_sizes`]); a cell under
+//! [`MIN_ENTRIES`] (the entries of [`MIN_BUDGET`]) is left out, said on standard error and
+//! listed in the report. In a cell, quire's caches get a budget of its entries × 4096 bytes,
+//! OPT and the libraries its entries. The figures of a cell are recorded under case `trace`
+//! where `--trace` names one file and there is no `--sizes`, else `trace NAME ENTRIES` (NAME
+//! the file name without `.gz` and its extension); `summary.rs` draws a table per trace and the
+//! summary against exact LRU from them.
 //!
 //! # Formats
 //!
@@ -55,12 +75,16 @@
 //!   counter over its `evictions`, the CPU time of reclaim, direct and background, per page
 //!   evicted (not recorded when nothing was evicted).
 //!
-//! `opt` is Belady's replacement with room for the whole budget (quire keeps a few frames free,
-//! so it holds a little less). Every figure counts the whole trace: cold misses are misses for
-//! all. A one-line summary per variant is printed on standard error as it finishes.
+//! - `accesses_per_s`: the trace's accesses over the wall time of the variant's replay (the
+//!   cache's set-up included), for quire's variants and the libraries alike.
 //!
-//! The budget is `--budget`, or else a quarter of the trace's distinct pages (rounded up to a
-//! page); at least [`MIN_BUDGET`] either way.
+//! `opt` is Belady's replacement with room for the whole budget (quire keeps a few frames free,
+//! so it holds a little less). The libraries' accounting is a simulator's (`peers.rs`): a
+//! lookup per access, an insert on a miss. Every figure counts the whole trace: cold misses are
+//! misses for all. A one-line summary per variant is printed on standard error as it finishes.
+//!
+//! Without `--sizes`, the budget is `--budget`, or else a quarter of the trace's distinct pages
+//! (rounded up to a page); at least [`MIN_BUDGET`] either way.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -70,6 +94,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::ThreadId;
+use std::time::Instant;
 
 use anyhow::{bail, ensure};
 use quire::filemap::{CacheConfig, PageCache};
@@ -77,6 +102,8 @@ use quire::stats::Event;
 use quire::store::{Result as StoreResult, Store};
 
 use super::super::Bench;
+use super::peers::{self, PEERS, SEEDED_RUNS};
+use super::summary::{CellInfo, SkippedCell};
 use super::workload::{opt_hits, CountingStore, SyntheticStore};
 use super::{PAGE, QUIRE};
 
@@ -123,14 +150,17 @@ impl TraceFormat {
     }
 }
 
-/// What `--trace`, `--trace-format` and `--budget` asked for.
+/// What `--trace`, `--trace-format`, `--budget` and `--sizes` asked for.
 #[derive(Clone, Debug)]
 pub struct TraceArgs {
+    /// A file, a directory or a pattern of file names ([`trace_files`]).
     pub path: PathBuf,
     /// The format; `None`: by the file's extension.
     pub format: Option<TraceFormat>,
-    /// The budget in bytes; `None`: a quarter of the distinct pages.
+    /// The budget in bytes; `None`: a quarter of the distinct pages (or `sizes`).
     pub budget: Option<u64>,
+    /// The cache sizes of the cells (`--sizes`); `None`: one cell of `budget`.
+    pub sizes: Option<TraceSizes>,
     /// Whether the caches read ahead (`--no-readahead` turns it off).
     pub readahead: bool,
 }
@@ -204,10 +234,24 @@ pub struct Trace {
     pub format: TraceFormat,
 }
 
-/// Reads the trace at `path`, in `format` or the one its name suggests.
+/// Whether `path` names a gzip-compressed file (`.gz`).
+fn is_gz(path: &Path) -> bool {
+    path.extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("gz"))
+}
+
+/// Reads the trace at `path`, in `format` or the one its name suggests; a `.gz` file is
+/// decompressed as it is read, its format taken from its name without `.gz`.
 pub fn load(path: &Path, format: Option<TraceFormat>) -> Result<Trace, TraceError> {
     let file = path.display().to_string();
-    let is_zst = path
+    let gz = is_gz(path);
+    // The name the format is read from: without `.gz`.
+    let named = if gz {
+        path.with_extension("")
+    } else {
+        path.to_path_buf()
+    };
+    let is_zst = named
         .extension()
         .is_some_and(|e| e.eq_ignore_ascii_case("zst"));
     if is_zst && format.is_none() {
@@ -223,11 +267,182 @@ pub fn load(path: &Path, format: Option<TraceFormat>) -> Result<Trace, TraceErro
         file: file.clone(),
         error,
     })?;
-    parse(
-        BufReader::with_capacity(1 << 20, f),
-        &file,
-        format.unwrap_or_else(|| TraceFormat::of_path(path)),
+    let format = format.unwrap_or_else(|| TraceFormat::of_path(&named));
+    if gz {
+        let inflated = flate2::read::MultiGzDecoder::new(BufReader::with_capacity(1 << 16, f));
+        parse(BufReader::with_capacity(1 << 20, inflated), &file, format)
+    } else {
+        parse(BufReader::with_capacity(1 << 20, f), &file, format)
+    }
+}
+
+/// The trace files `--trace` names: the file itself; every regular file of a directory,
+/// sorted by name, but hidden files and its notes (`*.md`); or, where the last component
+/// holds `*` or `?` and names no file, the regular files of its directory whose names match
+/// it (`*` any run of characters, `?` one), sorted by name.
+pub fn trace_files(path: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    let listed = |dir: &Path, keep: &dyn Fn(&str) -> bool| -> anyhow::Result<Vec<PathBuf>> {
+        let mut files = Vec::new();
+        let entries =
+            std::fs::read_dir(dir).map_err(|e| anyhow::anyhow!("{}: {e}", dir.display()))?;
+        for e in entries {
+            let e = e.map_err(|e| anyhow::anyhow!("{}: {e}", dir.display()))?;
+            let p = e.path();
+            let Some(name) = p.file_name().and_then(|n| n.to_str()) else {
+                continue;
+            };
+            if keep(name) && std::fs::metadata(&p).is_ok_and(|m| m.is_file()) {
+                files.push(p);
+            }
+        }
+        files.sort();
+        Ok(files)
+    };
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_dir() => {
+            let files = listed(path, &|n| !n.starts_with('.') && !n.ends_with(".md"))?;
+            ensure!(
+                !files.is_empty(),
+                "{}: no trace files in it",
+                path.display()
+            );
+            Ok(files)
+        }
+        Ok(_) => Ok(vec![path.to_path_buf()]),
+        Err(e) => {
+            let pattern = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            if !pattern.contains(['*', '?']) {
+                bail!("{}: {e}", path.display());
+            }
+            let dir = match path.parent() {
+                Some(d) if !d.as_os_str().is_empty() => d,
+                _ => Path::new("."),
+            };
+            let files = listed(dir, &|n| glob_match(pattern, n))?;
+            ensure!(!files.is_empty(), "{}: no file matches", path.display());
+            Ok(files)
+        }
+    }
+}
+
+/// Whether `name` matches `pattern`, where `*` stands for any run of characters and `?` for
+/// one.
+fn glob_match(pattern: &str, name: &str) -> bool {
+    let (p, n): (Vec<char>, Vec<char>) = (pattern.chars().collect(), name.chars().collect());
+    let (mut i, mut j) = (0, 0);
+    // The last `*` seen, and where in `name` its run ends so far.
+    let mut star: Option<(usize, usize)> = None;
+    while j < n.len() {
+        if i < p.len() && (p[i] == '?' || p[i] == n[j]) {
+            i += 1;
+            j += 1;
+        } else if i < p.len() && p[i] == '*' {
+            star = Some((i, j));
+            i += 1;
+        } else if let Some((si, sj)) = star {
+            // Let the last `*` take one more character.
+            i = si + 1;
+            j = sj + 1;
+            star = Some((si, sj + 1));
+        } else {
+            return false;
+        }
+    }
+    p[i..].iter().all(|&c| c == '*')
+}
+
+/// A trace's short name in tables and case names: its file name without `.gz` and without
+/// its extension (`lirs-cpp.txt.gz`: `lirs-cpp`).
+pub fn short_name(path: &Path) -> String {
+    let mut p = path.to_path_buf();
+    if is_gz(&p) {
+        p = p.with_extension("");
+    }
+    p.file_stem().map_or_else(
+        || path.display().to_string(),
+        |s| s.to_string_lossy().into_owned(),
     )
+}
+
+// ---- sizes --------------------------------------------------------------------------------
+
+/// The smallest cell: the entries of [`MIN_BUDGET`].
+pub const MIN_ENTRIES: u64 = MIN_BUDGET / PAGE as u64;
+
+/// One cache size of `--sizes`.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Size {
+    /// A percentage of the trace's distinct pages (`1%`).
+    Percent(f64),
+    /// A number of entries (`4096`).
+    Entries(u64),
+    /// Bytes (`64M`): a page per entry.
+    Bytes(u64),
+}
+
+/// `--sizes`: each size with the text it was given as.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TraceSizes(pub Vec<(String, Size)>);
+
+impl Size {
+    /// Entries of a cell of this size for a trace of `distinct` pages (a percentage rounds
+    /// down).
+    pub fn entries(&self, distinct: usize) -> u64 {
+        match *self {
+            // A hair added so that a product that is whole in decimal stays whole.
+            Size::Percent(p) => (distinct as f64 * p / 100.0 + 1e-9).floor() as u64,
+            Size::Entries(n) => n,
+            Size::Bytes(b) => b / PAGE as u64,
+        }
+    }
+}
+
+/// Parses `--sizes`: comma-separated sizes, each a percentage of the distinct pages (`0.1%`,
+/// above 0 and at most 100), a number of entries (`4096`) or a byte size with a K, M, G or T
+/// suffix (`64M`, at least a page).
+pub fn parse_sizes(s: &str) -> Result<TraceSizes, String> {
+    let mut out: Vec<(String, Size)> = Vec::new();
+    for item in s.split(',') {
+        let t = item.trim();
+        if t.is_empty() {
+            return Err(format!(
+                "{s:?}: an empty size (sizes are comma-separated, e.g. 0.1%,1%,4096,64M)"
+            ));
+        }
+        let size = if let Some(p) = t.strip_suffix('%') {
+            let v: f64 = p
+                .trim()
+                .parse()
+                .map_err(|_| format!("{t:?} is not a percentage (e.g. 0.1%)"))?;
+            if !(v > 0.0 && v <= 100.0) {
+                return Err(format!(
+                    "{t:?}: a percentage of the distinct pages must be above 0% and at most 100%"
+                ));
+            }
+            Size::Percent(v)
+        } else if t.bytes().all(|c| c.is_ascii_digit()) {
+            let n: u64 = t
+                .parse()
+                .map_err(|_| format!("{t:?} is too large a number of entries"))?;
+            if n == 0 {
+                return Err(format!("{t:?}: a cache of no entries"));
+            }
+            Size::Entries(n)
+        } else {
+            let b = crate::mount::parse_size(t).map_err(|e| {
+                format!("{e}; a size is a percentage (1%), entries (4096) or bytes (64M)")
+            })? as u64;
+            if b < PAGE as u64 {
+                return Err(format!("{t:?} is less than one page (4096 bytes)"));
+            }
+            Size::Bytes(b)
+        };
+        if out.iter().any(|(l, _)| l == t) {
+            return Err(format!("{s:?} names {t} twice"));
+        }
+        out.push((t.to_string(), size));
+    }
+    Ok(TraceSizes(out))
 }
 
 /// Reads a trace in `format` from `r`; `file` names it in errors.
@@ -540,9 +755,12 @@ fn parse_csv(r: impl BufRead, file: &str) -> Result<Trace, TraceError> {
 
 // ---- replay -------------------------------------------------------------------------------
 
-/// Steps of a replay, for the progress bar: reading the trace, each variant, `default`, `opt`.
-pub fn steps() -> u64 {
-    QUIRE.len() as u64 + 3
+/// Steps of a replay, for the progress bar: per trace file, reading it, then per cell each
+/// quire variant, `default`, `opt` and each peer.
+pub fn steps(args: &TraceArgs) -> u64 {
+    let files = trace_files(&args.path).map_or(1, |f| f.len()) as u64;
+    let cells = args.sizes.as_ref().map_or(1, |s| s.0.len()) as u64;
+    files * (1 + cells * (QUIRE.len() + 2 + PEERS.len()) as u64)
 }
 
 /// The replay's store: computed bytes ([`SyntheticStore`]) that counts every byte read
@@ -623,26 +841,28 @@ fn replay(cfg: CacheConfig, trace: &Trace) -> anyhow::Result<Outcome> {
 }
 
 /// Records one variant's figures and prints its summary line.
-fn report(b: &mut Bench, variant: &str, o: &Outcome) {
-    b.record(CASE, variant, 1, "hit_ratio", o.hit_ratio, "ratio");
+fn report(b: &mut Bench, case: &str, variant: &str, o: &Outcome, accesses_per_s: f64) {
+    b.record(case, variant, 1, "hit_ratio", o.hit_ratio, "ratio");
     b.record(
-        CASE,
+        case,
         variant,
         1,
         "demand_hit_ratio",
         o.demand_hit_ratio,
         "ratio",
     );
-    b.record(CASE, variant, 1, "evicted_pages", o.evicted as f64, "pages");
+    b.record(case, variant, 1, "evicted_pages", o.evicted as f64, "pages");
+    b.record(case, variant, 1, "accesses_per_s", accesses_per_s, "1/s");
     let per = if o.evicted > 0 {
         let per = o.reclaim_ns as f64 / o.evicted as f64;
-        b.record(CASE, variant, 1, "reclaim_ns_per_evicted", per, "ns");
+        b.record(case, variant, 1, "reclaim_ns_per_evicted", per, "ns");
         format!("{per:.0} ns of reclaim per evicted page")
     } else {
         "nothing evicted".to_string()
     };
     b.note(format!(
-        "{CASE} / {variant}: hit ratio {:.4} (demand {:.4}), {} pages evicted, {per}",
+        "{case} / {variant}: hit ratio {:.4} (demand {:.4}), {} pages evicted, {per}, \
+         {accesses_per_s:.0} accesses/s",
         o.hit_ratio, o.demand_hit_ratio, o.evicted
     ));
 }
@@ -651,12 +871,11 @@ fn mib(bytes: u64) -> String {
     format!("{:.2} MiB", bytes as f64 / (1 << 20) as f64)
 }
 
-/// The replay of `args`' trace: every variant of [`QUIRE`], `default` and `opt`.
-pub fn run(b: &mut Bench, args: &TraceArgs) -> anyhow::Result<()> {
-    b.step(&format!("reading {}", args.path.display()));
-    let trace = load(&args.path, args.format)?;
+/// The budget of a run without `--sizes`: `--budget`, or a quarter of the distinct pages; with
+/// why.
+fn default_budget(args: &TraceArgs, distinct: usize) -> anyhow::Result<(u64, String)> {
     let page = PAGE as u64;
-    let (budget, why) = match args.budget {
+    Ok(match args.budget {
         Some(bytes) => {
             if bytes < MIN_BUDGET {
                 bail!(
@@ -673,7 +892,7 @@ pub fn run(b: &mut Bench, args: &TraceArgs) -> anyhow::Result<()> {
             (b, why.to_string())
         }
         None => {
-            let quarter = (trace.distinct as u64).div_ceil(4) * page;
+            let quarter = (distinct as u64).div_ceil(4) * page;
             if quarter >= MIN_BUDGET {
                 (quarter, "default: a quarter of the distinct pages".into())
             } else {
@@ -687,53 +906,167 @@ pub fn run(b: &mut Bench, args: &TraceArgs) -> anyhow::Result<()> {
                 )
             }
         }
-    };
-    b.note(format!(
-        "{CASE}: {} ({}): {} accesses of 4 KiB ({} requests) over {} distinct pages ({}); \
-         budget {} = {} pages ({why})",
-        args.path.display(),
-        trace.format.name(),
-        trace.pages.len(),
-        trace.requests,
-        trace.distinct,
-        mib(trace.distinct as u64 * page),
-        mib(budget),
-        budget / page,
-    ));
+    })
+}
+
+/// The replay of `args`' traces: per trace and cache size (a cell), every variant of
+/// [`QUIRE`], `default`, `opt` and every peer ([`PEERS`]). The case of a cell is `trace` where
+/// `--trace` names one file and there is no `--sizes` (one cell), else `trace NAME ENTRIES`.
+pub fn run(b: &mut Bench, args: &TraceArgs) -> anyhow::Result<()> {
+    let files = trace_files(&args.path)?;
+    let single = args.sizes.is_none() && files.len() == 1 && files[0] == args.path;
+    // Short names, or the whole file names where two traces would share one.
+    let mut names: Vec<String> = files.iter().map(|f| short_name(f)).collect();
+    if (1..names.len()).any(|i| names[..i].contains(&names[i])) {
+        names = files
+            .iter()
+            .map(|f| {
+                f.file_name()
+                    .map_or_else(String::new, |n| n.to_string_lossy().into())
+            })
+            .collect();
+    }
+    let page = PAGE as u64;
+    for (path, name) in files.iter().zip(&names) {
+        b.step(&format!("reading {}", path.display()));
+        let trace = load(path, args.format)?;
+        // The cells: (size label, entries, why).
+        let mut cells: Vec<(String, u64, String)> = Vec::new();
+        match &args.sizes {
+            None => {
+                let (budget, why) = default_budget(args, trace.distinct)?;
+                cells.push(("budget".into(), budget / page, why));
+            }
+            Some(sizes) => {
+                for (label, size) in &sizes.0 {
+                    let entries = size.entries(trace.distinct);
+                    if entries < MIN_ENTRIES {
+                        b.note(format!(
+                            "{CASE} {name}: {label} is {entries} entries, under the smallest \
+                             cell ({MIN_ENTRIES} entries, {}): left out",
+                            mib(MIN_BUDGET)
+                        ));
+                        b.trace_skipped(SkippedCell {
+                            trace: name.clone(),
+                            file: path.display().to_string(),
+                            size: label.clone(),
+                            capacity: entries,
+                        });
+                        continue;
+                    }
+                    cells.push((label.clone(), entries, format!("--sizes {label}")));
+                }
+            }
+        }
+        let budgets: Vec<String> = cells
+            .iter()
+            .map(|(_, e, why)| format!("{} = {e} pages ({why})", mib(e * page)))
+            .collect();
+        b.note(format!(
+            "{CASE}: {} ({}): {} accesses of 4 KiB ({} requests) over {} distinct pages ({}); \
+             budget {}",
+            path.display(),
+            trace.format.name(),
+            trace.pages.len(),
+            trace.requests,
+            trace.distinct,
+            mib(trace.distinct as u64 * page),
+            if budgets.is_empty() {
+                "none: every size left out".to_string()
+            } else {
+                budgets.join(", ")
+            },
+        ));
+        for (label, entries, _) in cells {
+            let case = if single {
+                CASE.to_string()
+            } else {
+                format!("{CASE} {name} {entries}")
+            };
+            b.trace_cell(CellInfo {
+                case: case.clone(),
+                trace: name.clone(),
+                file: path.display().to_string(),
+                size: label,
+                capacity: entries,
+                share: entries as f64 / trace.distinct as f64,
+                accesses: trace.pages.len() as u64,
+                distinct: trace.distinct as u64,
+            });
+            replay_cell(b, args, &trace, &case, entries)?;
+        }
+    }
+    Ok(())
+}
+
+/// One cell: `trace` through every variant asked for with room for `entries` pages.
+fn replay_cell(
+    b: &mut Bench,
+    args: &TraceArgs,
+    trace: &Trace,
+    case: &str,
+    entries: u64,
+) -> anyhow::Result<()> {
+    let budget = entries * PAGE as u64;
     let readahead = |mut cfg: CacheConfig| {
         if !args.readahead {
             cfg.readahead_max = 0;
         }
         cfg
     };
+    let accesses = trace.pages.len() as f64;
+    let timed = |cfg: CacheConfig| -> anyhow::Result<(Outcome, f64)> {
+        let t = Instant::now();
+        let o = replay(cfg, trace)?;
+        Ok((o, accesses / t.elapsed().as_secs_f64().max(1e-9)))
+    };
     for v in QUIRE {
         if !b.wants(v.name) {
             continue;
         }
-        b.step(&format!("{CASE} / {}", v.name));
-        let o = replay(readahead(v.config(budget)), &trace)?;
-        report(b, v.name, &o);
+        b.step(&format!("{case} / {}", v.name));
+        let (o, speed) = timed(readahead(v.config(budget)))?;
+        report(b, case, v.name, &o, speed);
     }
     if b.wants("default") {
-        b.step(&format!("{CASE} / default"));
-        let o = replay(readahead(CacheConfig::new(budget as usize)), &trace)?;
-        report(b, "default", &o);
+        b.step(&format!("{case} / default"));
+        let (o, speed) = timed(readahead(CacheConfig::new(budget as usize)))?;
+        report(b, case, "default", &o, speed);
     }
-    if !b.wants("opt") {
-        return Ok(());
+    let capacity = entries as usize;
+    if b.wants("opt") {
+        b.step(&format!("{case} / opt"));
+        let hits = opt_hits(&trace.pages, capacity);
+        let misses = hits.iter().filter(|&&h| !h).count();
+        let ratio = 1.0 - misses as f64 / hits.len() as f64;
+        // Every miss inserts a page, and evicts one once the cache is full.
+        let evicted = misses.saturating_sub(capacity);
+        b.record(case, "opt", 1, "hit_ratio", ratio, "ratio");
+        b.record(case, "opt", 1, "evicted_pages", evicted as f64, "pages");
+        b.note(format!(
+            "{case} / opt: hit ratio {ratio:.4}, {evicted} pages evicted"
+        ));
     }
-    b.step(&format!("{CASE} / opt"));
-    let capacity = (budget / page) as usize;
-    let hits = opt_hits(&trace.pages, capacity);
-    let misses = hits.iter().filter(|&&h| !h).count();
-    let ratio = 1.0 - misses as f64 / hits.len() as f64;
-    // Every miss inserts a page, and evicts one once the cache is full.
-    let evicted = misses.saturating_sub(capacity);
-    b.record(CASE, "opt", 1, "hit_ratio", ratio, "ratio");
-    b.record(CASE, "opt", 1, "evicted_pages", evicted as f64, "pages");
-    b.note(format!(
-        "{CASE} / opt: hit ratio {ratio:.4}, {evicted} pages evicted"
-    ));
+    for p in PEERS {
+        if !b.wants(p.name()) {
+            continue;
+        }
+        b.step(&format!("{case} / {}", p.name()));
+        let o = peers::run(*p, &trace.pages, capacity);
+        b.record(case, p.name(), 1, "hit_ratio", o.hit_ratio, "ratio");
+        b.record(case, p.name(), 1, "accesses_per_s", o.accesses_per_s, "1/s");
+        let median = if p.randomised() {
+            format!(" (median of {SEEDED_RUNS} runs)")
+        } else {
+            String::new()
+        };
+        b.note(format!(
+            "{case} / {}: hit ratio {:.4}{median}, {:.0} accesses/s",
+            p.name(),
+            o.hit_ratio,
+            o.accesses_per_s
+        ));
+    }
     Ok(())
 }
 
@@ -887,6 +1220,177 @@ mod tests {
         assert!(e.to_string().contains("decompress"), "{e}");
         let e = load(Path::new("/nonexistent/x.txt"), None).unwrap_err();
         assert!(matches!(e, TraceError::Io { .. }), "{e}");
+    }
+
+    /// A fresh directory under the system's temporary one, removed when dropped.
+    struct TempDir(PathBuf);
+
+    impl TempDir {
+        fn new(tag: &str) -> TempDir {
+            let p =
+                std::env::temp_dir().join(format!("quire-trace-unit-{tag}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&p);
+            std::fs::create_dir_all(&p).unwrap();
+            TempDir(p)
+        }
+    }
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn gzip(bytes: &[u8]) -> Vec<u8> {
+        use std::io::Write;
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        e.write_all(bytes).unwrap();
+        e.finish().unwrap()
+    }
+
+    #[test]
+    fn sizes_parse_and_resolve() {
+        let s = parse_sizes("0.1%,1%, 40% ,4096,64M").unwrap();
+        let labels: Vec<&str> = s.0.iter().map(|(l, _)| l.as_str()).collect();
+        assert_eq!(labels, ["0.1%", "1%", "40%", "4096", "64M"]);
+        assert_eq!(s.0[0].1, Size::Percent(0.1));
+        assert_eq!(s.0[3].1, Size::Entries(4096));
+        assert_eq!(s.0[4].1, Size::Bytes(64 << 20));
+        // Percentages round down (as the tuning traces' table counts them).
+        assert_eq!(s.0[0].1.entries(762_543), 762);
+        assert_eq!(s.0[1].1.entries(48_974), 489);
+        assert_eq!(s.0[2].1.entries(1223), 489);
+        assert_eq!(Size::Percent(10.0).entries(1000), 100);
+        assert_eq!(s.0[3].1.entries(10), 4096);
+        assert_eq!(s.0[4].1.entries(10), 16384);
+        assert_eq!(parse_sizes("100%").unwrap().0[0].1.entries(7), 7);
+    }
+
+    #[test]
+    fn bad_sizes_are_refused_clearly() {
+        for (bad, says) in [
+            ("", "an empty size"),
+            ("1%,,2%", "an empty size"),
+            ("1%,", "an empty size"),
+            ("abc", "\"abc\" is not a size"),
+            ("x%", "\"x%\" is not a percentage"),
+            ("0%", "above 0% and at most 100%"),
+            ("-1%", "above 0% and at most 100%"),
+            ("150%", "above 0% and at most 100%"),
+            ("NaN%", "above 0% and at most 100%"),
+            ("0", "a cache of no entries"),
+            ("12X", "unknown unit"),
+            ("1K", "less than one page"),
+            ("1%,1%", "names 1% twice"),
+        ] {
+            let e = parse_sizes(bad).unwrap_err();
+            assert!(e.contains(says), "{bad:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn glob_patterns() {
+        assert!(glob_match("lirs-*", "lirs-cpp.txt.gz"));
+        assert!(glob_match("*.gz", "a.txt.gz"));
+        assert!(glob_match("*", ""));
+        assert!(glob_match("a?c", "abc"));
+        assert!(glob_match("*a*b*", "xxaybzb"));
+        assert!(glob_match("cloudphysics*", "cloudphysics-obj.txt.gz"));
+        assert!(!glob_match("a?c", "ac"));
+        assert!(!glob_match("*.gz", "a.txt"));
+        assert!(!glob_match("lirs-*", "arc-P3.txt.gz"));
+        assert!(!glob_match("a*b", "abc"));
+    }
+
+    #[test]
+    fn directories_and_patterns_name_trace_files() {
+        let d = TempDir::new("dir");
+        for f in ["b.txt.gz", "a.txt", "README.md", ".hidden", "c.csv"] {
+            std::fs::write(d.0.join(f), "1\n").unwrap();
+        }
+        std::fs::create_dir(d.0.join("sub")).unwrap();
+        let names = |files: Vec<PathBuf>| -> Vec<String> {
+            files
+                .iter()
+                .map(|f| f.file_name().unwrap().to_string_lossy().into_owned())
+                .collect()
+        };
+        assert_eq!(
+            names(trace_files(&d.0).unwrap()),
+            ["a.txt", "b.txt.gz", "c.csv"]
+        );
+        assert_eq!(names(trace_files(&d.0.join("*.gz")).unwrap()), ["b.txt.gz"]);
+        assert_eq!(
+            names(trace_files(&d.0.join("?.*")).unwrap()),
+            ["a.txt", "b.txt.gz", "c.csv"]
+        );
+        assert_eq!(names(trace_files(&d.0.join("a.txt")).unwrap()), ["a.txt"]);
+        let e = trace_files(&d.0.join("z*")).unwrap_err().to_string();
+        assert!(e.ends_with("z*: no file matches"), "{e}");
+        let e = trace_files(&d.0.join("nope.txt")).unwrap_err().to_string();
+        assert!(e.contains("nope.txt: "), "{e}");
+        let empty = TempDir::new("empty-dir");
+        let e = trace_files(&empty.0).unwrap_err().to_string();
+        assert!(e.ends_with("no trace files in it"), "{e}");
+        assert_eq!(short_name(Path::new("x/lirs-cpp.txt.gz")), "lirs-cpp");
+        assert_eq!(short_name(Path::new("w.oracleGeneral")), "w");
+    }
+
+    #[test]
+    fn gzip_traces_are_read_as_a_stream() {
+        let d = TempDir::new("gz");
+        let good = d.0.join("t.txt.gz");
+        std::fs::write(&good, gzip(b"# c\n5\n9\n5\n")).unwrap();
+        let t = load(&good, None).unwrap();
+        assert_eq!(t.pages, [0, 1, 0]);
+        assert_eq!(t.format, TraceFormat::Text);
+        // The format comes from the name without `.gz`.
+        let csv = d.0.join("t.csv.gz");
+        std::fs::write(&csv, gzip(b"obj_id\na\nb\na\n")).unwrap();
+        assert_eq!(load(&csv, None).unwrap().format, TraceFormat::Csv);
+        // A malformed line inside: the file and the line named.
+        let bad = d.0.join("bad.txt.gz");
+        std::fs::write(&bad, gzip(b"1\n2\nthree\n")).unwrap();
+        let e = load(&bad, None).unwrap_err();
+        assert!(matches!(e, TraceError::Line { line: 3, .. }), "{e}");
+        assert!(
+            e.to_string()
+                .starts_with(&format!("{}:3: \"three\"", bad.display())),
+            "{e}"
+        );
+        // Empty, compressed or not.
+        let empty = d.0.join("e.txt.gz");
+        std::fs::write(&empty, gzip(b"# nothing\n")).unwrap();
+        assert!(matches!(load(&empty, None), Err(TraceError::Empty { .. })));
+        let empty = d.0.join("e.txt");
+        std::fs::write(&empty, b"").unwrap();
+        assert!(matches!(load(&empty, None), Err(TraceError::Empty { .. })));
+        // A corrupt stream: its body overwritten, and cut short.
+        let mut bytes = gzip(b"1\n2\n3\n4\n5\n6\n7\n8\n9\n10\n");
+        let n = bytes.len();
+        for b in &mut bytes[10..n - 8] {
+            *b = 0xff;
+        }
+        let corrupt = d.0.join("corrupt.txt.gz");
+        std::fs::write(&corrupt, &bytes).unwrap();
+        let e = load(&corrupt, None).unwrap_err();
+        assert!(matches!(e, TraceError::Io { .. }), "{e}");
+        assert!(
+            e.to_string().starts_with(&corrupt.display().to_string()),
+            "{e}"
+        );
+        let cut = d.0.join("cut.txt.gz");
+        std::fs::write(&cut, &gzip(b"1\n2\n3\n")[..12]).unwrap();
+        let e = load(&cut, None).unwrap_err();
+        assert!(e.to_string().starts_with(&cut.display().to_string()), "{e}");
+        let notgz = d.0.join("plain.txt.gz");
+        std::fs::write(&notgz, b"1\n2\n").unwrap();
+        let e = load(&notgz, None).unwrap_err();
+        assert!(matches!(e, TraceError::Io { .. }), "{e}");
+        assert!(
+            e.to_string().starts_with(&notgz.display().to_string()),
+            "{e}"
+        );
     }
 
     #[test]
