@@ -108,6 +108,11 @@ impl Policy for Clock {
     #[inline]
     fn accessed(&self, _vm: &Vmscan, _pool: &FramePool, _folio: &Folio, _flags: u64) {}
 
+    /// Every later access: `flags & 0 == 0`.
+    fn quiet_access(&self) -> (u64, u64) {
+        (0, 0)
+    }
+
     fn rotate_reclaimable(&self, _vm: &Vmscan, _pool: &FramePool, _folio: &Folio) {}
 
     /// Never queued: the clock keeps no lists.

@@ -881,6 +881,11 @@ impl Policy for MultiGen {
         }
     }
 
+    /// Nothing is written once the refs bits and `WORKINGSET` are full.
+    fn quiet_access(&self) -> (u64, u64) {
+        (REFS_MASK | WORKINGSET, REFS_MASK | WORKINGSET)
+    }
+
     /// A folio without a generation first gets one ([`GenState::gen_for_add`]).
     fn link(&self, g: &mut LruGuard<'_>, folio: &Folio, tail: bool) {
         if !folio.is_unevictable() && folio.gen_bits() == 0 {

@@ -60,6 +60,13 @@ pub(crate) trait Policy: fmt::Debug + Send + Sync {
     /// path: no allocation, and at most the one flag update the policy needs.
     fn accessed(&self, vm: &Vmscan, pool: &FramePool, folio: &Folio, flags: u64);
 
+    /// The flags under which [`Policy::accessed`] does nothing, as `(mask, value)`: a hit
+    /// whose `flags & mask == value` skips the call (read once when the cache is made, so a
+    /// hit of a folio used before costs what it did before the policies were modules: a
+    /// compare, no indirect call). A filter: any flags it lets through still reach `accessed`,
+    /// which decides.
+    fn quiet_access(&self) -> (u64, u64);
+
     /// Applies a queued activation under the LRU lock (only policies whose accesses queue them).
     fn activate(&self, vm: &Vmscan, g: &mut LruGuard<'_>, folio: &Folio) {
         let _ = (vm, g, folio);

@@ -158,14 +158,15 @@ impl Vmscan {
     /// Marks an access to `folio`, which the caller holds a reference to and whose flags it
     /// read as `flags`; see the module documentation. Inline and write-free on the hot path (a
     /// hit of an active folio used before): the first access sets `REFERENCED`, a later one
-    /// is the policy's ([`Policy::accessed`](super::policy::Policy::accessed), one indirect
-    /// call).
+    /// is the policy's ([`Policy::accessed`](super::policy::Policy::accessed)), reached only
+    /// when the flags are not ones the policy said it leaves alone (`quiet_access`: a compare
+    /// instead of the indirect call on the hot path).
     #[doc(alias = "folio_mark_accessed")]
     #[inline]
     pub(crate) fn mark_accessed(&self, pool: &FramePool, folio: &Folio, flags: u64) {
         if flags & REFERENCED == 0 {
             folio.set_referenced();
-        } else {
+        } else if flags & self.quiet_access.0 != self.quiet_access.1 {
             self.policy().accessed(self, pool, folio, flags);
         }
     }
