@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use crate::bio::IoEngineChoice;
 use crate::sync::bitwait::WaitPolicy;
-use crate::vmscan::ReclaimPolicy;
+use crate::vmscan::{ReclaimPolicy, UnknownReclaimPolicy};
 use crate::xarray::AddWalks;
 
 /// How a [`PageCache`](super::PageCache) is set up. Sizes are in bytes. Start from
@@ -27,6 +27,18 @@ use crate::xarray::AddWalks;
 /// measures both sides; without the feature the cache always runs the mechanisms this crate is
 /// about (the switches' defaults). The reclaim policy is a documented choice either way
 /// ([`CacheConfig::reclaim`], [`CacheConfig::loop_protection`]).
+///
+/// The reclaim policy is chosen by name, from the policies [`ReclaimPolicy::names`] lists
+/// (`"lru-gen"`, the default; `"lru"`; `"clock"`); an unknown name is an error:
+///
+/// ```
+/// use quire::CacheConfig;
+///
+/// let config = CacheConfig::new(64 << 20).with_reclaim("clock")?;
+/// assert_eq!(config.reclaim.name(), "clock");
+/// assert!(CacheConfig::new(64 << 20).with_reclaim("arc").is_err());
+/// # Ok::<(), quire::vmscan::UnknownReclaimPolicy>(())
+/// ```
 #[derive(Clone, Debug)]
 pub struct CacheConfig {
     /// The memory budget: the frame pool's size (a multiple of 4 KiB).
@@ -65,8 +77,10 @@ pub struct CacheConfig {
     /// [`FilemapError::NoMemory`](super::FilemapError::NoMemory) (every frame pinned by references
     /// or locks). Default 5 s.
     pub alloc_timeout: Duration,
-    /// Which reclaim runs: the multi-generational LRU (the default), the classic active and
-    /// inactive lists, or the clock they replaced. See [`crate::vmscan`].
+    /// Which reclaim runs, by name: the multi-generational LRU (`"lru-gen"`, the default), the
+    /// classic active and inactive lists (`"lru"`), or the clock they replaced (`"clock"`). Set
+    /// it with [`CacheConfig::with_reclaim`] or [`ReclaimPolicy::by_name`]. See
+    /// [`crate::vmscan`].
     pub reclaim: ReclaimPolicy,
     /// Whether the multi-generational LRU protects a resident share of loops larger than the
     /// cache by adaptive insertion (default on; see `vmscan::lru_gen`). Ignored by
@@ -100,13 +114,20 @@ impl CacheConfig {
             #[cfg(feature = "bench-internals")]
             add_walks: AddWalks::Single,
             alloc_timeout: Duration::from_secs(5),
-            reclaim: ReclaimPolicy::MultiGen,
+            reclaim: ReclaimPolicy::default(),
             loop_protection: true,
             #[cfg(feature = "bench-internals")]
             workingset: true,
             #[cfg(feature = "bench-internals")]
             shadow_shrinker: true,
         }
+    }
+
+    /// This configuration with the reclaim policy registered as `name` (see
+    /// [`ReclaimPolicy::names`]).
+    pub fn with_reclaim(mut self, name: &str) -> Result<CacheConfig, UnknownReclaimPolicy> {
+        self.reclaim = ReclaimPolicy::by_name(name)?;
+        Ok(self)
     }
 
     /// The folio lock's wait policy: the configured one with `bench-internals`, else the exact

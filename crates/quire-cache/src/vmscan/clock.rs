@@ -9,23 +9,45 @@
 //! sweeping thread (it is evicted on a later pass once clean; the hand is released during that
 //! I/O), and a clean one is evicted through its owner, leaving a shadow. Anonymous folios are
 //! passed over: the clock predates swap, so a cache under this policy never swaps.
+//!
+//! It keeps no lists, queues no batches and runs no background thread: adding, removing,
+//! accessing (beyond `REFERENCED`) and the end of write-back do nothing, and allocation takes
+//! what is free without watermarks, sweeping the clock when nothing is. Its shadows are the
+//! classic lists', but a refault never activates (there is nothing to activate onto).
 
-use super::{Owners, Vmscan};
-use crate::mem::folio::{ANON, HEAD, LOCKED, ORDER_MASK, ORDER_SHIFT, WRITEBACK};
+use super::policy::Policy;
+use super::workingset::Refault;
+use super::{LruGuard, Owners, VmConfig, Vmscan};
+use crate::mem::folio::{Folio, FolioRef, ANON, HEAD, LOCKED, ORDER_MASK, ORDER_SHIFT, WRITEBACK};
 use crate::mem::pool::FramePool;
 use crate::stats::Event;
+use crate::sync::loom::Mutex;
 
-impl Vmscan {
+/// The clock as a reclaim policy (`"clock"`): its hand, a frame number.
+#[derive(Debug)]
+pub(crate) struct Clock {
+    hand: Mutex<usize>,
+}
+
+impl Clock {
+    /// The policy's state for a cache (the hand at frame 0).
+    pub(crate) fn boxed(_c: &VmConfig) -> Box<dyn Policy> {
+        Box::new(Clock {
+            hand: Mutex::new(0),
+        })
+    }
+
     /// Sweeps the clock until `want` frames are freed or every frame was looked at twice;
     /// returns the frames freed.
-    pub(crate) fn clock_reclaim(
+    fn clock_reclaim(
         &self,
+        vm: &Vmscan,
         pool: &FramePool,
         owners: &dyn Owners,
         want: usize,
     ) -> usize {
         let n = pool.nr_frames();
-        let mut hand = self.clock.lock();
+        let mut hand = self.hand.lock();
         let mut freed = 0;
         let mut scanned = 0;
         while freed < want && scanned < 2 * n {
@@ -52,27 +74,78 @@ impl Vmscan {
             let Some(f) = pool.try_get(folio) else {
                 continue;
             };
-            let Ok(mut g) = f.try_lock_with(self.wait_policy) else {
+            let Ok(mut g) = f.try_lock_with(vm.wait_policy) else {
                 continue;
             };
             if g.mapping() == 0 {
                 continue;
             }
-            self.counters.add(Event::PgScan, g.nr_frames() as u64);
+            vm.counters.add(Event::PgScan, g.nr_frames() as u64);
             if g.is_dirty() {
                 // Written back now, evicted on a later pass once clean. The hand is released
                 // for the I/O so that other allocating threads can sweep meanwhile.
                 drop(hand);
                 owners.write_back(g);
-                hand = self.clock.lock();
+                hand = self.hand.lock();
                 continue;
             }
             let nr = g.nr_frames();
-            if owners.evict(&mut g, &mut |folio| self.workingset_eviction(folio)) {
+            if owners.evict(&mut g, &mut |folio| vm.workingset_eviction(folio)) {
                 freed += nr;
-                self.counters.add(Event::PgSteal, nr as u64);
+                vm.counters.add(Event::PgSteal, nr as u64);
             }
         }
         freed
+    }
+}
+
+impl Policy for Clock {
+    fn lru_add(&self, _vm: &Vmscan, _pool: &FramePool, _folio: &Folio) {}
+
+    fn lru_del(&self, _vm: &Vmscan, _pool: &FramePool, _folio: &Folio) {}
+
+    /// The hand's second chance needs only `REFERENCED`.
+    #[inline]
+    fn accessed(&self, _vm: &Vmscan, _pool: &FramePool, _folio: &Folio, _flags: u64) {}
+
+    /// Every later access: `flags & 0 == 0`.
+    fn quiet_access(&self) -> (u64, u64) {
+        (0, 0)
+    }
+
+    fn rotate_reclaimable(&self, _vm: &Vmscan, _pool: &FramePool, _folio: &Folio) {}
+
+    /// Never queued: the clock keeps no lists.
+    fn rotate(&self, _g: &mut LruGuard<'_>, _folio: &Folio) {}
+
+    fn shrink(&self, vm: &Vmscan, pool: &FramePool, owners: &dyn Owners, nr: usize) -> usize {
+        self.clock_reclaim(vm, pool, owners, nr)
+    }
+
+    fn keeps_lists(&self) -> bool {
+        false
+    }
+
+    fn refault(&self, vm: &Vmscan, folio: &Folio, shadow: u64) -> Refault {
+        vm.classic_refault(folio, shadow, false)
+    }
+
+    /// Whatever is free, without watermarks: the allocating thread sweeps when nothing is.
+    fn alloc_fast<'p>(
+        &self,
+        _vm: &Vmscan,
+        pool: &'p FramePool,
+        order: u32,
+    ) -> Option<FolioRef<'p>> {
+        pool.alloc(order)
+    }
+
+    fn background_reclaim(&self) -> bool {
+        false
+    }
+
+    #[cfg(loom)]
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
     }
 }

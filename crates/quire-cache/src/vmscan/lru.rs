@@ -24,8 +24,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::sync::loom::{Mutex, MutexGuard};
 
-use super::lru_gen::{type_of, GenState, MAX_NR_GENS, PROBATION_GEN};
-use super::Vmscan;
+#[cfg(any(feature = "bench-internals", loom))]
+use super::lru_gen::PROBATION_GEN;
+use super::lru_gen::{GenState, MAX_NR_GENS};
+use super::policy::Policy;
 use crate::mem::folio::{Folio, ACTIVE, ANON, GEN_MASK, GEN_SHIFT, PROBATION, UNEVICTABLE};
 use crate::mem::pool::FramePool;
 
@@ -77,7 +79,7 @@ pub(crate) fn list_of(flags: u64) -> usize {
 
 /// A list's name: the classic names, and `gen<g>_anon` / `gen<g>_file`.
 #[cfg(any(feature = "bench-internals", loom))]
-fn list_name(l: usize) -> String {
+pub(crate) fn list_name(l: usize) -> String {
     if l < NR_LRU_LISTS {
         Lru::ALL[l].name().to_string()
     } else {
@@ -141,7 +143,7 @@ struct Ends {
 pub(crate) struct Lists {
     ends: [Ends; NR_LISTS],
     frames: [usize; NR_LISTS],
-    /// The generations' sequence numbers and feedback (multi-generational LRU only).
+    /// The generations' sequence numbers (used by the multi-generational LRU only).
     pub(crate) gen: GenState,
 }
 
@@ -151,6 +153,8 @@ pub(crate) struct Lruvec {
     lists: Mutex<Lists>,
     /// `Lists::frames`, published after every change.
     sizes: [AtomicUsize; NR_LISTS],
+    /// The reclaim policy, which says where a folio is linked.
+    policy: Box<dyn Policy>,
 }
 
 /// The lists, locked. Dropping it publishes the sizes.
@@ -161,9 +165,9 @@ pub(crate) struct LruGuard<'a> {
 }
 
 impl Lruvec {
-    /// Lists for a cache; `gen` is the multi-generational LRU's state (disabled for the other
-    /// policies).
-    pub(crate) fn new(gen: GenState) -> Lruvec {
+    /// Lists for a cache run by `policy`; `gen` is the generations' state (which only the
+    /// multi-generational LRU uses).
+    pub(crate) fn new(gen: GenState, policy: Box<dyn Policy>) -> Lruvec {
         Lruvec {
             lists: Mutex::new(Lists {
                 ends: [Ends {
@@ -174,7 +178,14 @@ impl Lruvec {
                 gen,
             }),
             sizes: Default::default(),
+            policy,
         }
+    }
+
+    /// The reclaim policy.
+    #[inline]
+    pub(crate) fn policy(&self) -> &dyn Policy {
+        &*self.policy
     }
 
     /// Takes the LRU lock (the kernel's `lruvec->lru_lock`).
@@ -220,63 +231,26 @@ impl<'a> LruGuard<'a> {
         self.pool.pfn_of_desc(folio) as u32
     }
 
-    /// Links `folio` (off every list, `LRU` clear) onto the list its flags name — at the head,
-    /// or at the tail with `tail` — and sets `LRU`. Under the multi-generational LRU a folio
-    /// without a generation first gets one ([`GenState::gen_for_add`]). The kernel's
-    /// `lruvec_add_folio(_tail)`.
+    /// The pool the lists' folios are in.
+    pub(crate) fn pool(&self) -> &'a FramePool {
+        self.pool
+    }
+
+    /// Links `folio` (off every list, `LRU` clear) where the policy puts it ([`Policy::link`]:
+    /// the list its flags name, or for the multi-generational LRU a generation) — at the head,
+    /// or at the tail with `tail` — and sets `LRU`. The kernel's `lruvec_add_folio(_tail)`.
     #[doc(alias = "lruvec_add_folio")]
     pub(crate) fn add(&mut self, folio: &Folio, tail: bool) {
         debug_assert!(!folio.is_lru(), "adding a folio that is on a list");
-        if self.lists.gen.enabled && !folio.is_unevictable() && folio.gen_bits() == 0 {
-            // (A folio put back after reclaim took it from probation: the mark is spent.)
-            folio.clear_probation();
-            let gen = self.lists.gen.gen_for_add(folio);
-            folio.set_gen_bits(gen as u64 + 1);
-        }
-        let l = list_of(folio.flags());
-        self.link(folio, l, tail);
+        let policy = self.vec.policy();
+        policy.link(self, folio, tail);
     }
 
-    /// Links a folio its owner has just added (the batch drain of `folio_add_lru`): as
-    /// [`LruGuard::add`], except that under the multi-generational LRU's loop protection
-    /// ([`super::lru_gen`]) a candidate refault takes the admission test, and a file folio read
-    /// for the first time — or over a shadow beyond reach with no reuse on record (neither
-    /// `REFAULTED` nor `PROBATION` set) — goes to probation once the cache is full (reclaim has
-    /// run since a quarter of the frames were last free), the admission hand moving one
-    /// resident on as it does.
+    /// Links a folio its owner has just added (the batch drain of `folio_add_lru`) where the
+    /// policy puts a new one ([`Policy::add_new`]).
     pub(crate) fn add_new(&mut self, folio: &Folio) {
-        let gen = &self.lists.gen;
-        if gen.enabled && gen.loop_protection && !folio.is_unevictable() {
-            let refaulted = folio.clear_refaulted();
-            let probation = if folio.clear_probation() {
-                Vmscan::lru_gen_admit(self, folio)
-            } else if !refaulted && folio.flags() & (ACTIVE | ANON) == 0 && !self.filling() {
-                // A first read: to probation, and the admission hand moves on as for a
-                // candidate, so that the residents' marks age with every folio sent there.
-                Vmscan::lru_gen_hand(self, type_of(folio.flags()));
-                true
-            } else {
-                false
-            };
-            if probation {
-                let t = usize::from(folio.flags() & ANON == 0);
-                folio.set_gen_bits(PROBATION_GEN as u64 + 1);
-                self.link(folio, gen_list(t, PROBATION_GEN), false);
-                return;
-            }
-        }
-        self.add(folio, false);
-    }
-
-    /// Whether the cache is still filling: reclaim has not run since a quarter of the frames
-    /// were last free. Until then first reads are added to the generations (there is room);
-    /// afterwards they go to probation.
-    fn filling(&mut self) -> bool {
-        let gen = &mut self.lists.gen;
-        if gen.full && self.pool.free_frames_hint() > gen.frames / 4 {
-            gen.full = false;
-        }
-        !gen.full
+        let policy = self.vec.policy();
+        policy.add_new(self, folio);
     }
 
     /// Links `folio` onto list `l` (at the head, or the tail) and sets `LRU`.
@@ -397,9 +371,8 @@ impl<'a> LruGuard<'a> {
     }
 
     /// Checks the lists: links agree both ways, every folio is a head with `LRU` set and on the
-    /// list its flags name, the frame counts add up, and (multi-generational LRU) every
-    /// generation list that holds folios is a generation between its type's `min_seq` and
-    /// `max_seq`. Returns the frames on each list.
+    /// list its flags name, the frame counts add up, and the policy's own rules hold
+    /// ([`Policy::check`]). Returns the frames on each list.
     #[cfg(any(feature = "bench-internals", loom))]
     pub(crate) fn check(&self) -> Result<[usize; NR_LISTS], String> {
         let mut out = [0; NR_LISTS];
@@ -438,38 +411,7 @@ impl<'a> LruGuard<'a> {
             }
             *counted = frames;
         }
-        let gen = &self.lists.gen;
-        if !gen.enabled {
-            if out[NR_LRU_LISTS..].iter().any(|&n| n > 0) {
-                return Err("generation lists used without the multi-generational LRU".into());
-            }
-            return Ok(out);
-        }
-        for type_ in 0..2 {
-            let (min, max) = (gen.min_seq[type_], gen.max_seq);
-            if max < min + 1 || max - min + 1 > MAX_NR_GENS as u64 {
-                return Err(format!(
-                    "type {type_}: min_seq {min} max_seq {max}: not 2..={MAX_NR_GENS} generations"
-                ));
-            }
-            for g in 0..MAX_NR_GENS {
-                let live = (min..=max).any(|seq| seq as usize % MAX_NR_GENS == g);
-                if !live && out[gen_list(type_, g)] > 0 {
-                    return Err(format!(
-                        "{}: holds folios but is outside min_seq {min}..=max_seq {max}",
-                        list_name(gen_list(type_, g))
-                    ));
-                }
-            }
-            for l in Lru::ALL {
-                if l != Lru::Unevictable && out[l as usize] > 0 {
-                    return Err(format!(
-                        "{}: classic list used under the multi-generational LRU",
-                        l.name()
-                    ));
-                }
-            }
-        }
+        self.vec.policy().check(self, &out)?;
         Ok(out)
     }
 }

@@ -121,9 +121,12 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::lru::{gen_list, LruGuard, NR_GEN_LISTS};
+use super::lru::{gen_list, list_of, LruGuard, NR_GEN_LISTS};
+#[cfg(any(feature = "bench-internals", loom))]
+use super::lru::{list_name, NR_LISTS};
+use super::policy::Policy;
 use super::reclaim::{ScanControl, SWAP_CLUSTER_MAX};
-use super::{Owners, Vmscan};
+use super::{Lru, Owners, VmConfig, Vmscan, NR_LRU_LISTS};
 use crate::mem::folio::{
     Folio, FolioRef, ACTIVE, ANON, DIRTY, MAX_REFS, PROBATION, RECLAIM, REFERENCED, REFS_MASK,
     REFS_SHIFT, SWAPCACHE, WORKINGSET, WRITEBACK,
@@ -173,8 +176,6 @@ pub fn tier_of_uses(n: u64) -> usize {
 /// The sequence numbers, under the LRU lock (in [`super::lru::Lists`]).
 #[derive(Debug)]
 pub(crate) struct GenState {
-    /// Whether folios are kept in generations at all.
-    pub enabled: bool,
     /// The youngest generation.
     pub max_seq: u64,
     /// The oldest generation of each type.
@@ -183,8 +184,6 @@ pub(crate) struct GenState {
     pub rejected: u64,
     /// Candidates it let in.
     pub admitted: u64,
-    /// Whether the loop protection is on.
-    pub loop_protection: bool,
     /// The cache's frames.
     pub frames: usize,
     /// Reclaim has run since a quarter of the frames were last free: the cache is full, and
@@ -193,10 +192,8 @@ pub(crate) struct GenState {
 }
 
 impl GenState {
-    pub(crate) fn new(enabled: bool, loop_protection: bool, frames: usize) -> GenState {
+    pub(crate) fn new(frames: usize) -> GenState {
         GenState {
-            enabled,
-            loop_protection,
             frames,
             full: false,
             max_seq: MIN_NR_GENS - 1,
@@ -399,16 +396,29 @@ impl Feedback {
     }
 }
 
-impl Vmscan {
-    /// Whether this cache keeps folios in generations.
-    #[inline]
-    pub(crate) fn multigen(&self) -> bool {
-        self.policy == super::ReclaimPolicy::MultiGen
+/// The multi-generational LRU as a reclaim policy (`"lru-gen"`): its refault feedback and
+/// whether the loop protection is on. Its sequence numbers live with the lists, under the LRU
+/// lock ([`GenState`]).
+#[derive(Debug)]
+pub(crate) struct MultiGen {
+    /// The refault feedback and the loop protection's probation target.
+    feedback: Feedback,
+    /// Loop protection's adaptive insertion.
+    loop_protection: bool,
+}
+
+impl MultiGen {
+    /// The policy's state for a cache set up as `c`.
+    pub(crate) fn boxed(c: &VmConfig) -> Box<dyn Policy> {
+        Box::new(MultiGen {
+            feedback: Feedback::new(c.frames, c.largest_folio),
+            loop_protection: c.loop_protection,
+        })
     }
 
     /// The loop protection's admission test for a candidate (a recent refault, `PROBATION` set
-    /// by [`Vmscan::lru_gen_refault`]) being added under the LRU lock: whether it goes to
-    /// probation. One step of the hand ([`Vmscan::lru_gen_hand`]): the resident reclaim would
+    /// by [`MultiGen::lru_gen_refault`]) being added under the LRU lock: whether it goes to
+    /// probation. One step of the hand ([`MultiGen::lru_gen_hand`]): the resident reclaim would
     /// take next, used since the hand last passed it, keeps its place and the candidate waits
     /// on probation; idle, the candidate is added normally.
     pub(crate) fn lru_gen_admit(g: &mut LruGuard<'_>, folio: &Folio) -> bool {
@@ -442,13 +452,13 @@ impl Vmscan {
 
     /// The shadow to leave for `folio`, evicted now: the age, its uses beyond the first and
     /// `WORKINGSET`; counts the eviction for its tier. The kernel's `lru_gen_eviction`.
-    pub(crate) fn lru_gen_eviction(&self, folio: &Folio) -> u64 {
+    fn lru_gen_eviction(&self, vm: &Vmscan, folio: &Folio) -> u64 {
         let flags = folio.flags();
         let nr = folio.nr_frames() as u64;
         let n = uses_of(flags);
-        self.lru_gen.evicted[type_of(flags)][tier_of_uses(n)].fetch_add(nr, Ordering::Relaxed);
-        let age = self.nonresident_age.fetch_add(nr, Ordering::Relaxed);
-        self.counters.add(Event::Evictions, nr);
+        self.feedback.evicted[type_of(flags)][tier_of_uses(n)].fetch_add(nr, Ordering::Relaxed);
+        let age = vm.nonresident_age.fetch_add(nr, Ordering::Relaxed);
+        vm.counters.add(Event::Evictions, nr);
         super::GenShadow {
             age,
             uses: n,
@@ -465,13 +475,12 @@ impl Vmscan {
     /// is to be added: `REFAULTED` unless its refault is beyond reach with no reuse on record
     /// (then it is added as a first read), `PROBATION` as well for a candidate of the admission
     /// test (within reach, no reuse on record). The kernel's `lru_gen_refault`.
-    pub(crate) fn lru_gen_refault(&self, folio: &Folio, shadow: u64) -> super::Refault {
+    fn lru_gen_refault(&self, vm: &Vmscan, folio: &Folio, shadow: u64) -> super::Refault {
         let nr = folio.nr_frames() as u64;
         let sh = super::GenShadow::unpack(shadow);
         let (n, workingset) = (sh.uses, sh.workingset);
-        let distance =
-            self.nonresident_age().wrapping_sub(sh.age) & super::workingset::GEN_AGE_MASK;
-        self.counters.add(Event::WorkingsetRefault, nr);
+        let distance = vm.nonresident_age().wrapping_sub(sh.age) & super::workingset::GEN_AGE_MASK;
+        vm.counters.add(Event::WorkingsetRefault, nr);
         let type_ = type_of(folio.flags());
         let tier = tier_of_uses(n);
         let mut r = super::Refault {
@@ -479,20 +488,20 @@ impl Vmscan {
             activated: false,
             restored: false,
         };
-        let resident = self.type_frames(type_) as u64;
+        let resident = vm.type_frames(type_) as u64;
         if self.loop_protection {
             // Beyond reach with no reuse on record, the shadow tells nothing a first read
             // would not: the folio is added as one (to probation once the cache is full).
             if distance <= resident || n > 0 {
                 folio.set_refaulted();
             }
-            self.lru_gen
+            self.feedback
                 .adapt_probation(sh.probation, distance, resident, nr);
         }
         if distance > resident {
             return r;
         }
-        self.lru_gen.refaulted[type_][tier].fetch_add(nr, Ordering::Relaxed);
+        self.feedback.refaulted[type_][tier].fetch_add(nr, Ordering::Relaxed);
         // `n` counts `WORKINGSET` as one use (`uses_of`), and the bit is set again below: the
         // refs bits get the rest, so the folio comes back with the uses it had. (It used to
         // come back one use up, `WORKINGSET` counted twice; counting it once changed reclaim's
@@ -502,29 +511,22 @@ impl Vmscan {
         if workingset || n > MAX_REFS {
             folio.set_workingset();
         }
-        if tier == 0 || tier <= self.lru_gen.tier_idx(type_) {
+        if tier == 0 || tier <= self.feedback.tier_idx(type_) {
             if self.loop_protection && n == 0 {
                 // A candidate for the admission test when it is added.
                 folio.set_probation();
             }
         } else {
             folio.set_active();
-            self.workingset_activation(nr as usize);
-            self.counters.add(Event::WorkingsetActivate, nr);
+            vm.workingset_activation(nr as usize);
+            vm.counters.add(Event::WorkingsetActivate, nr);
             r.activated = true;
             if workingset {
-                self.counters.add(Event::WorkingsetRestore, nr);
+                vm.counters.add(Event::WorkingsetRestore, nr);
                 r.restored = true;
             }
         }
         r
-    }
-
-    /// Frames of `type_` on generation and probation lists (lock-free, as last published).
-    pub(crate) fn type_frames(&self, type_: usize) -> usize {
-        (0..=MAX_NR_GENS)
-            .map(|g| self.lruvec.list_size(gen_list(type_, g)))
-            .sum()
     }
 
     /// A new youngest generation: first makes room if a type already has [`MAX_NR_GENS`]
@@ -546,7 +548,7 @@ impl Vmscan {
             }
         }
         g.lists.gen.max_seq += 1;
-        self.lru_gen.publish(&g.lists.gen);
+        self.feedback.publish(&g.lists.gen);
     }
 
     /// `min_seq` of `type_` advances past its (empty) oldest generation; a new feedback period.
@@ -557,8 +559,8 @@ impl Vmscan {
             0
         );
         g.lists.gen.min_seq[type_] = min + 1;
-        self.lru_gen.reset(type_);
-        self.lru_gen.publish(&g.lists.gen);
+        self.feedback.reset(type_);
+        self.feedback.publish(&g.lists.gen);
     }
 
     /// Gets the generations of `type_` ready for eviction: `min_seq` past empty oldest
@@ -605,15 +607,16 @@ impl Vmscan {
     #[doc(alias = "sort_folio")]
     fn lru_gen_isolate<'p>(
         &self,
+        vm: &Vmscan,
         pool: &'p FramePool,
         type_: usize,
         nr: usize,
         budget: &mut usize,
         sc: &mut ScanControl,
     ) -> Vec<FolioRef<'p>> {
-        let tier_idx = self.lru_gen.tier_idx(type_);
+        let tier_idx = self.feedback.tier_idx(type_);
         let mut out = Vec::new();
-        let mut g = self.lruvec.lock(pool);
+        let mut g = vm.lruvec.lock(pool);
         g.lists.gen.full = true;
         let mut taken = 0;
         let probation = gen_list(type_, PROBATION_GEN);
@@ -630,7 +633,7 @@ impl Vmscan {
                 sc.probation_rotated[type_] > 0 && on_probation <= sc.probation_rotated[type_];
             let mut from_probation = on_probation > sc.probation_rotated[type_]
                 && (protected_run >= SWAP_CLUSTER_MAX
-                    || on_probation > self.lru_gen.probation_target());
+                    || on_probation > self.feedback.probation_target());
             let list = if from_probation {
                 probation
             } else {
@@ -671,7 +674,7 @@ impl Vmscan {
                 } else if uses_of(flags) > 0 {
                     // Used again while on probation: it joins the generations.
                     g.move_to_gen(f, next, false);
-                    self.counters.add(Event::PgActivate, n as u64);
+                    vm.counters.add(Event::PgActivate, n as u64);
                     continue;
                 }
             } else {
@@ -692,7 +695,7 @@ impl Vmscan {
                     if by_tier {
                         // (The feedback measures the tiers' own protection: claims are not
                         // counted, or they would lower tiers 1-3's refault rates.)
-                        self.lru_gen.protected[type_][tier].fetch_add(n as u64, Ordering::Relaxed);
+                        self.feedback.protected[type_][tier].fetch_add(n as u64, Ordering::Relaxed);
                     }
                     // Protected: a generation younger, its count started over but marked as
                     // having been in the working set (its one use beyond the first, should it be
@@ -709,7 +712,7 @@ impl Vmscan {
                 // The flusher writes it; its write-back end rotates it to the oldest tail.
                 f.set_reclaim();
                 g.move_to_gen(f, next, false);
-                self.counters.add(Event::PgActivate, n as u64);
+                vm.counters.add(Event::PgActivate, n as u64);
                 if flags & WRITEBACK != 0 {
                     sc.nr_writeback += n;
                 } else {
@@ -737,7 +740,7 @@ impl Vmscan {
 
     /// Moves the folio (on a generation list, a rotation after write-back that reclaim
     /// waited for) to the tail of its type's oldest generation, to be evicted next.
-    pub(crate) fn lru_gen_rotate(&self, g: &mut LruGuard<'_>, f: &Folio) {
+    fn lru_gen_rotate(&self, g: &mut LruGuard<'_>, f: &Folio) {
         let type_ = type_of(f.flags());
         let min = g.lists.gen.min_seq[type_];
         g.move_to_gen(f, (min % MAX_NR_GENS as u64) as usize, true);
@@ -749,27 +752,28 @@ impl Vmscan {
     /// wants or has looked at twice the frames on the lists. The kernel's
     /// `lru_gen_shrink_lruvec` / `try_to_shrink_lruvec`.
     #[doc(alias = "lru_gen_shrink_lruvec")]
-    pub(crate) fn lru_gen_shrink(
+    fn lru_gen_shrink(
         &self,
+        vm: &Vmscan,
         pool: &FramePool,
         owners: &dyn Owners,
         nr_to_reclaim: usize,
     ) -> usize {
-        self.drain_all(pool);
+        vm.drain_all(pool);
         let swap = owners.can_swap();
         let mut sc = ScanControl {
             nr_to_reclaim,
             ..ScanControl::default()
         };
         let mut budget = 2
-            * (self.type_frames(FILE_TYPE) + if swap { self.type_frames(ANON_TYPE) } else { 0 })
+            * (vm.type_frames(FILE_TYPE) + if swap { vm.type_frames(ANON_TYPE) } else { 0 })
             + SWAP_CLUSTER_MAX;
         let mut empty = [false; 2];
         while sc.nr_reclaimed < nr_to_reclaim && budget > 0 {
             let mut type_ = FILE_TYPE;
             if swap && !empty[ANON_TYPE] {
-                let min = self.lru_gen.min_seq[ANON_TYPE].load(Ordering::Relaxed);
-                let fmin = self.lru_gen.min_seq[FILE_TYPE].load(Ordering::Relaxed);
+                let min = self.feedback.min_seq[ANON_TYPE].load(Ordering::Relaxed);
+                let fmin = self.feedback.min_seq[FILE_TYPE].load(Ordering::Relaxed);
                 if empty[FILE_TYPE] || min < fmin {
                     type_ = ANON_TYPE;
                 }
@@ -780,7 +784,7 @@ impl Vmscan {
             let dirty_before = sc.nr_dirty;
             let before = budget;
             let want = (nr_to_reclaim - sc.nr_reclaimed).min(SWAP_CLUSTER_MAX);
-            let folios = self.lru_gen_isolate(pool, type_, want, &mut budget, &mut sc);
+            let folios = self.lru_gen_isolate(vm, pool, type_, want, &mut budget, &mut sc);
             if folios.is_empty() && sc.probation_rotated[type_] > 0 {
                 // The generations gave nothing after a round of probation's unused readahead:
                 // probation goes first again, and what already had its extra turn is evicted.
@@ -792,9 +796,9 @@ impl Vmscan {
                 continue;
             }
             let scanned: usize = folios.iter().map(|f| f.nr_frames()).sum();
-            self.counters.add(Event::PgScan, scanned as u64);
+            vm.counters.add(Event::PgScan, scanned as u64);
             sc.nr_scanned += scanned;
-            sc.nr_reclaimed += self.shrink_folio_list(pool, owners, folios, &mut sc);
+            sc.nr_reclaimed += vm.shrink_folio_list(pool, owners, folios, &mut sc);
             if sc.nr_dirty > dirty_before {
                 owners.wake_flusher();
             }
@@ -802,12 +806,9 @@ impl Vmscan {
         sc.nr_reclaimed
     }
 
-    /// The multi-generational LRU's state for `stats()`; `None` under the other policies.
-    pub(crate) fn lru_gen_stats(&self, pool: &FramePool) -> Option<LruGenStats> {
-        if !self.multigen() {
-            return None;
-        }
-        let g = self.lruvec.lock(pool);
+    /// The multi-generational LRU's state for `stats()`.
+    fn stats(&self, vm: &Vmscan, pool: &FramePool) -> LruGenStats {
+        let g = vm.lruvec.lock(pool);
         let gs = &g.lists.gen;
         let oldest = gs.min_seq[0].min(gs.min_seq[1]);
         let gens = (oldest..=gs.max_seq)
@@ -831,7 +832,7 @@ impl Vmscan {
                 g.frames_of(gen_list(ANON_TYPE, PROBATION_GEN)),
                 g.frames_of(gen_list(FILE_TYPE, PROBATION_GEN)),
             ],
-            probation_target: self.lru_gen.probation_target(),
+            probation_target: self.feedback.probation_target(),
             rejected: gs.rejected,
             admitted: gs.admitted,
             ..LruGenStats::default()
@@ -839,13 +840,170 @@ impl Vmscan {
         drop(g);
         for t in 0..2 {
             for tier in 0..MAX_NR_TIERS {
-                let p = self.lru_gen.pos(t, tier, 1);
+                let p = self.feedback.pos(t, tier, 1);
                 s.refaulted[t][tier] = p.refaulted;
                 s.total[t][tier] = p.total;
             }
-            s.tier_idx[t] = self.lru_gen.tier_idx(t);
+            s.tier_idx[t] = self.feedback.tier_idx(t);
         }
-        Some(s)
+        s
+    }
+
+    /// Whether the cache is still filling: reclaim has not run since a quarter of the frames
+    /// were last free. Until then first reads are added to the generations (there is room);
+    /// afterwards they go to probation.
+    fn filling(g: &mut LruGuard<'_>) -> bool {
+        let free = g.pool().free_frames_hint();
+        let gen = &mut g.lists.gen;
+        if gen.full && free > gen.frames / 4 {
+            gen.full = false;
+        }
+        !gen.full
+    }
+}
+
+impl Vmscan {
+    /// Frames of `type_` on generation and probation lists (lock-free, as last published).
+    pub(crate) fn type_frames(&self, type_: usize) -> usize {
+        (0..=MAX_NR_GENS)
+            .map(|g| self.lruvec.list_size(gen_list(type_, g)))
+            .sum()
+    }
+}
+
+impl Policy for MultiGen {
+    /// A use through a file descriptor is counted in the refs bits, then `WORKINGSET`; nothing
+    /// is written once both are full.
+    #[inline]
+    fn accessed(&self, _vm: &Vmscan, _pool: &FramePool, folio: &Folio, flags: u64) {
+        if flags & (REFS_MASK | WORKINGSET) != REFS_MASK | WORKINGSET {
+            folio.inc_refs();
+        }
+    }
+
+    /// Nothing is written once the refs bits and `WORKINGSET` are full.
+    fn quiet_access(&self) -> (u64, u64) {
+        (REFS_MASK | WORKINGSET, REFS_MASK | WORKINGSET)
+    }
+
+    /// A folio without a generation first gets one ([`GenState::gen_for_add`]).
+    fn link(&self, g: &mut LruGuard<'_>, folio: &Folio, tail: bool) {
+        if !folio.is_unevictable() && folio.gen_bits() == 0 {
+            // (A folio put back after reclaim took it from probation: the mark is spent.)
+            folio.clear_probation();
+            let gen = g.lists.gen.gen_for_add(folio);
+            folio.set_gen_bits(gen as u64 + 1);
+        }
+        g.link(folio, list_of(folio.flags()), tail);
+    }
+
+    /// With the loop protection a candidate refault takes the admission test, and a file folio
+    /// read for the first time — or over a shadow beyond reach with no reuse on record
+    /// (neither `REFAULTED` nor `PROBATION` set) — goes to probation once the cache is full
+    /// (reclaim has run since a quarter of the frames were last free), the admission hand
+    /// moving one resident on as it does.
+    fn add_new(&self, g: &mut LruGuard<'_>, folio: &Folio) {
+        if self.loop_protection && !folio.is_unevictable() {
+            let refaulted = folio.clear_refaulted();
+            let probation = if folio.clear_probation() {
+                MultiGen::lru_gen_admit(g, folio)
+            } else if !refaulted && folio.flags() & (ACTIVE | ANON) == 0 && !MultiGen::filling(g) {
+                // A first read: to probation, and the admission hand moves on as for a
+                // candidate, so that the residents' marks age with every folio sent there.
+                MultiGen::lru_gen_hand(g, type_of(folio.flags()));
+                true
+            } else {
+                false
+            };
+            if probation {
+                let t = usize::from(folio.flags() & ANON == 0);
+                folio.set_gen_bits(PROBATION_GEN as u64 + 1);
+                g.link(folio, gen_list(t, PROBATION_GEN), false);
+                return;
+            }
+        }
+        self.link(g, folio, false);
+    }
+
+    fn rotate(&self, g: &mut LruGuard<'_>, folio: &Folio) {
+        self.lru_gen_rotate(g, folio);
+    }
+
+    fn shrink(&self, vm: &Vmscan, pool: &FramePool, owners: &dyn Owners, nr: usize) -> usize {
+        self.lru_gen_shrink(vm, pool, owners, nr)
+    }
+
+    /// It stays in the younger generation reclaim moved it to.
+    fn park_for_writeback(&self, _folio: &Folio) {}
+
+    fn eviction(&self, vm: &Vmscan, folio: &Folio) -> u64 {
+        self.lru_gen_eviction(vm, folio)
+    }
+
+    fn refault(&self, vm: &Vmscan, folio: &Folio, shadow: u64) -> super::Refault {
+        self.lru_gen_refault(vm, folio, shadow)
+    }
+
+    /// The generations are shown as the kernel shows them in `/proc/meminfo`: the two youngest
+    /// as active, the older ones and probation as inactive.
+    fn list_sizes(&self, vm: &Vmscan, out: &mut [usize; NR_LRU_LISTS]) {
+        let max = self.feedback.max_seq();
+        for type_ in [ANON_TYPE, FILE_TYPE] {
+            let (inactive, active) = if type_ == ANON_TYPE {
+                (Lru::InactiveAnon, Lru::ActiveAnon)
+            } else {
+                (Lru::InactiveFile, Lru::ActiveFile)
+            };
+            for g in 0..=MAX_NR_GENS {
+                let n = vm.lruvec.list_size(gen_list(type_, g));
+                let young = g < MAX_NR_GENS
+                    && (g as u64 == max % MAX_NR_GENS as u64
+                        || g as u64 == (max + 3) % MAX_NR_GENS as u64);
+                out[if young { active } else { inactive } as usize] += n;
+            }
+        }
+    }
+
+    fn lru_gen_stats(&self, vm: &Vmscan, pool: &FramePool) -> Option<LruGenStats> {
+        Some(self.stats(vm, pool))
+    }
+
+    /// Every generation list that holds folios is a generation between its type's `min_seq`
+    /// and `max_seq`, and the classic lists (but the unevictable one) are unused.
+    #[cfg(any(feature = "bench-internals", loom))]
+    fn check(&self, g: &LruGuard<'_>, out: &[usize; NR_LISTS]) -> Result<(), String> {
+        let gen = &g.lists.gen;
+        for type_ in 0..2 {
+            let (min, max) = (gen.min_seq[type_], gen.max_seq);
+            if max < min + 1 || max - min + 1 > MAX_NR_GENS as u64 {
+                return Err(format!(
+                    "type {type_}: min_seq {min} max_seq {max}: not 2..={MAX_NR_GENS} generations"
+                ));
+            }
+            for g in 0..MAX_NR_GENS {
+                let live = (min..=max).any(|seq| seq as usize % MAX_NR_GENS == g);
+                if !live && out[gen_list(type_, g)] > 0 {
+                    return Err(format!(
+                        "{}: holds folios but is outside min_seq {min}..=max_seq {max}",
+                        list_name(gen_list(type_, g))
+                    ));
+                }
+            }
+            for l in Lru::ALL {
+                if l != Lru::Unevictable && out[l as usize] > 0 {
+                    return Err(format!(
+                        "{}: classic list used under the multi-generational LRU",
+                        l.name()
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    #[cfg(loom)]
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
     }
 }
 
@@ -969,7 +1127,7 @@ mod tests {
                 }
                 .pack();
                 let f = pool.alloc(0).unwrap();
-                vm.lru_gen_refault(&f, shadow);
+                vm.workingset_refault(&f, shadow);
                 let got = (f.is_refaulted(), f.is_probation());
                 let want = if lp { want } else { (false, false) };
                 let case = format!(

@@ -2,11 +2,13 @@
 //! `mm/workingset.c`: LRU lists, folio batches, background reclaim, refault detection from
 //! shadow entries and the shadow-node shrinker. One `Vmscan` per page cache.
 //!
-//! Three policies ([`ReclaimPolicy`]): the multi-generational LRU (`lru_gen`, the default,
-//! with its loop protection), the classic active and inactive lists described below, and the
-//! clock they replaced. The first two share the lists' lock, the batches, the shadows and
-//! background reclaim; they differ in which lists a folio goes on, what an access does and what
-//! a round of reclaim takes.
+//! Three policies, chosen by name ([`ReclaimPolicy`]): the multi-generational LRU (`lru-gen`,
+//! the default, with its loop protection), the classic active and inactive lists described
+//! below (`lru`), and the clock they replaced (`clock`). Each is one module behind one trait
+//! (`policy::Policy`), registered in one table (`policy::POLICIES`); the machinery stays
+//! shared. The list policies share the lists' lock, the batches, the shadows and background
+//! reclaim; they differ in which lists a folio goes on, what an access does and what a round
+//! of reclaim takes.
 //!
 //! # Where it sits
 //!
@@ -46,7 +48,8 @@
 //! # The "before"s
 //!
 //! [`ReclaimPolicy::Lru`], the classic lists, is the reclaim quire had before the
-//! multi-generational LRU. [`ReclaimPolicy::Clock`] is the reclaim quire had before this module: no lists, no batches
+//! multi-generational LRU. [`ReclaimPolicy::Clock`] is the reclaim quire had before this
+//! module: no lists, no batches
 //! and no background thread; an allocation that fails sweeps a clock over the memmap in the
 //! allocating thread (second chance for `REFERENCED`), writing dirty folios back itself.
 //! Workingset detection can be switched off on its own (`workingset: false`): refaults are
@@ -62,39 +65,27 @@ pub mod lru_gen;
 // Its items are written `pub` for the tests.
 #[allow(unreachable_pub)]
 pub(crate) mod lru_gen;
+mod policy;
 mod reclaim;
 mod swap;
+mod two_list;
 pub(crate) mod workingset;
 
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
-use crate::sync::loom::Mutex;
 use std::time::Duration;
 
 pub use lru::{Lru, NR_LRU_LISTS};
 pub(crate) use lru::{LruGuard, Lruvec};
 pub use lru_gen::LruGenStats;
+pub use policy::{ReclaimPolicy, UnknownReclaimPolicy};
 pub(crate) use workingset::{GenShadow, Refault};
 
 use crate::mem::folio::{Folio, FolioGuard, FRAME_SHIFT};
 use crate::stats::Counters;
 use crate::sync::bitwait::WaitPolicy;
 use crate::xarray::{ListedNode, NodeList};
-
-/// Which reclaim a cache runs (rule 7 of docs/RULES.md: the "before" is a runtime switch).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum ReclaimPolicy {
-    /// The multi-generational LRU (`lru_gen`): generations, tiers with refault feedback,
-    /// and (with `loop_protection`) adaptive insertion; batches and background reclaim as
-    /// [`ReclaimPolicy::Lru`].
-    #[default]
-    MultiGen,
-    /// Active and inactive lists, batches, background reclaim (this module).
-    Lru,
-    /// The pre-LRU reclaim: a clock over the memmap, run by the allocating thread.
-    Clock,
-}
 
 /// The free-frame thresholds reclaim works to, in frames (the kernel's zone watermarks).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -261,60 +252,51 @@ pub(crate) struct VmConfig {
 
 /// One cache's reclaim state; see the [module documentation](self).
 pub(crate) struct Vmscan {
-    policy: ReclaimPolicy,
+    /// The policy's [`policy::Policy::quiet_access`]: the flags of a hit that does nothing.
+    quiet_access: (u64, u64),
     workingset: bool,
-    /// Loop protection's adaptive insertion (multi-generational LRU only).
-    loop_protection: bool,
-    /// The multi-generational LRU's refault feedback and the loop protection's probation target.
-    lru_gen: lru_gen::Feedback,
     shadow_shrinker: bool,
     max_shadow_nodes: usize,
     wmark: Watermarks,
     wait_policy: WaitPolicy,
     alloc_timeout: Duration,
+    /// The lists, and the policy that says where folios go on them.
     lruvec: Lruvec,
     batches: swap::Batches,
     /// Advanced on every eviction and activation (see [`workingset`]).
     nonresident_age: AtomicU64,
-    /// The workingset activations counted when reclaim last finished, to tell whether refaults
-    /// have been activating since (the kernel's `lruvec->refaults`).
-    refaults_snapshot: AtomicU64,
     /// The index nodes holding only shadows, of every file of the cache.
     shadow_nodes: Arc<NodeList>,
     kswapd: kswapd::Kswapd,
-    /// The clock policy's hand.
-    clock: Mutex<usize>,
     /// This cache's reclaim counters (also counted globally).
     pub(crate) counters: Counters,
 }
 
 impl Vmscan {
     pub(crate) fn new(c: VmConfig) -> Vmscan {
-        let multigen = c.policy == ReclaimPolicy::MultiGen;
         let wmark = Watermarks::for_frames(c.frames);
+        let policy = c.policy.build(&c);
         Vmscan {
-            policy: c.policy,
+            quiet_access: policy.quiet_access(),
             workingset: c.workingset,
-            loop_protection: c.loop_protection && multigen,
-            lru_gen: lru_gen::Feedback::new(c.frames, c.largest_folio),
             shadow_shrinker: c.shadow_shrinker,
             max_shadow_nodes: (c.frames / 16).max(1),
             wmark,
             wait_policy: c.wait_policy,
             alloc_timeout: c.alloc_timeout,
-            lruvec: Lruvec::new(lru_gen::GenState::new(
-                multigen,
-                c.loop_protection && multigen,
-                c.frames,
-            )),
+            lruvec: Lruvec::new(lru_gen::GenState::new(c.frames), policy),
             batches: swap::Batches::new(),
             nonresident_age: AtomicU64::new(0),
-            refaults_snapshot: AtomicU64::new(0),
             shadow_nodes: Arc::new(NodeList::new()),
             kswapd: kswapd::Kswapd::new(),
-            clock: Mutex::new(0),
             counters: Counters::default(),
         }
+    }
+
+    /// The cache's reclaim policy.
+    #[inline]
+    pub(crate) fn policy(&self) -> &dyn policy::Policy {
+        self.lruvec.policy()
     }
 
     /// The watermarks.
@@ -327,37 +309,26 @@ impl Vmscan {
         &self.shadow_nodes
     }
 
-    /// Frames on each list at the last change (lock-free). Under the multi-generational LRU
-    /// the generations are shown as the kernel shows them in `/proc/meminfo`: the two youngest
-    /// as active, the older ones and probation as inactive.
+    /// Frames on each list at the last change (lock-free); a policy with lists of its own
+    /// shows them as the classic ones (the generations as `/proc/meminfo` shows them).
     pub(crate) fn list_sizes(&self) -> [usize; NR_LRU_LISTS] {
         let mut out = Lru::ALL.map(|l| self.lruvec.size(l));
-        if self.multigen() {
-            let max = self.lru_gen.max_seq();
-            for type_ in [lru_gen::ANON_TYPE, lru_gen::FILE_TYPE] {
-                let (inactive, active) = if type_ == lru_gen::ANON_TYPE {
-                    (Lru::InactiveAnon, Lru::ActiveAnon)
-                } else {
-                    (Lru::InactiveFile, Lru::ActiveFile)
-                };
-                for g in 0..=lru_gen::MAX_NR_GENS {
-                    let n = self.lruvec.list_size(lru::gen_list(type_, g));
-                    let young = g < lru_gen::MAX_NR_GENS
-                        && (g as u64 == max % lru_gen::MAX_NR_GENS as u64
-                            || g as u64 == (max + 3) % lru_gen::MAX_NR_GENS as u64);
-                    out[if young { active } else { inactive } as usize] += n;
-                }
-            }
-        }
+        self.policy().list_sizes(self, &mut out);
         out
     }
 
-    /// Starts the background reclaim thread (the LRU policy only); `target` does the work.
+    /// The multi-generational LRU's state for `stats()`; `None` under the other policies.
+    pub(crate) fn lru_gen_stats(&self, pool: &crate::mem::pool::FramePool) -> Option<LruGenStats> {
+        self.policy().lru_gen_stats(self, pool)
+    }
+
+    /// Starts the background reclaim thread (for the policies that have one); `target` does
+    /// the work.
     pub(crate) fn start_kswapd(
         &self,
         target: std::sync::Weak<dyn kswapd::Balance>,
     ) -> std::io::Result<()> {
-        if self.policy != ReclaimPolicy::Clock {
+        if self.policy().background_reclaim() {
             self.kswapd.spawn(target)?;
         }
         Ok(())
@@ -489,8 +460,9 @@ pub mod model {
         /// starts over and it moves a generation up, under the LRU lock (aging a new youngest
         /// generation first when only two are live). Returns whether there was one.
         pub fn protect_oldest(&self, pool: &FramePool) -> bool {
+            let mg = self.multigen();
             let mut g = self.0.lruvec.lock(pool);
-            let Some(list) = self.0.ready_oldest(&mut g, lru_gen::FILE_TYPE) else {
+            let Some(list) = mg.ready_oldest(&mut g, lru_gen::FILE_TYPE) else {
                 return false;
             };
             let Some(f) = g.tail_of(list) else {
@@ -509,7 +481,16 @@ pub mod model {
         /// would go to probation. Clears the oldest tail's `REFERENCED` when it does.
         pub fn admission_test(&self, pool: &FramePool, candidate: &Folio) -> bool {
             let mut g = self.0.lruvec.lock(pool);
-            Vmscan::lru_gen_admit(&mut g, candidate)
+            lru_gen::MultiGen::lru_gen_admit(&mut g, candidate)
+        }
+
+        /// The cache's multi-generational LRU (a model built with [`Model::new_multigen`]).
+        fn multigen(&self) -> &lru_gen::MultiGen {
+            self.0
+                .policy()
+                .as_any()
+                .downcast_ref()
+                .expect("a model of the multi-generational LRU")
         }
 
         /// The generation bits of `folio` (generation + 1; 0 for none).

@@ -1,32 +1,9 @@
-//! Shrinking the lists (the kernel's `shrink_lruvec`, `shrink_inactive_list`,
-//! `shrink_active_list`, `shrink_folio_list`), direct and background reclaim, and allocation's
-//! slow path.
-//!
-//! # One round of reclaim
-//!
-//! A round wants `nr_to_reclaim` frames. It first drains every folio batch (so that new
-//! folios are on the lists and no batch holds a reference that would keep a folio from being
-//! evicted), then scans at falling *priorities*, 12 down to 0: at priority `p` it looks at
-//! `size >> p` frames of the inactive file list — and as many of the active file list's, if the
-//! active list may be deactivated — 32 frames at a time, until the round has what it wants.
-//! The active list is deactivated in proportion when the inactive list is *low* (the kernel's
-//! `inactive_is_low`: `inactive * ratio < active`, with `ratio = sqrt(10 * GiB)` of the two
-//! lists, 1 below 1 GiB). When refaults have activated folios since the last round (a new working
-//! set is forming and the old one must make room), the round first moves as many frames off the
-//! active tail as refaults activated.
-//!
-//! That last rule is quire's, not the kernel's: the kernel, on seeing refault activations,
-//! scans the whole active list in proportion to the inactive one for the round
-//! (`may_deactivate`), so its active list ages as fast as the inactive one while any refault
-//! activates — a hot set then keeps being pushed out by a stream's rare refaults, and pushed out
-//! pages refault and activate again. Displacing only what was activated keeps the transition to
-//! a new working set (each refault activation still pushes one old active page towards the
-//! inactive list) without that feedback. In a model of both (a hot set read at random while a
-//! stream runs, a Zipf trace, two working sets taking turns) it kept 98% of the hot set where the
-//! kernel's rule kept 84%, and did as well on the transitions; the `evict` benchmark measures it
-//! (docs/journal/).
-//!
-//! After the round the shadow shrinker runs.
+//! What every list policy's round of reclaim shares — isolating folios from a list's tail,
+//! deciding the fate of isolated folios (the kernel's `shrink_folio_list`), putting back what
+//! it keeps — and direct and background reclaim and allocation's slow path, which run a round
+//! of the cache's policy ([`super::policy::Policy::shrink`]) and then the shadow shrinker. The
+//! classic lists' round is in [`super::two_list`], the generations' in [`super::lru_gen`], the
+//! clock's in [`super::clock`].
 //!
 //! # A folio at the inactive tail
 //!
@@ -35,7 +12,7 @@
 //! | locked (`try_lock` fails) | back to the head |
 //! | removed by its owner meanwhile (`mapping` 0) | dropped |
 //! | unevictable | to the unevictable list |
-//! | under write-back, or dirty | `RECLAIM` set, parked on the active list, the flusher woken; rotated to the inactive tail when its write-back ends |
+//! | under write-back, or dirty | `RECLAIM` set, parked where the policy says (the classic lists: the active list), the flusher woken; rotated to where reclaim takes from next when its write-back ends |
 //! | clean | evicted through its owner, leaving a shadow; if somebody holds a reference, back to the head |
 //!
 //! `REFERENCED` does not save a folio at the inactive tail (for unmapped file folios the
@@ -43,19 +20,16 @@
 //! (activation), not once.
 
 use std::ptr::NonNull;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use super::{isqrt, AnonFate, Lru, MappedFate, Owners, ReclaimPolicy, Vmscan};
-use crate::mem::folio::{Folio, FolioRef, FRAME_SHIFT};
+use super::{AnonFate, Lru, MappedFate, Owners, Vmscan};
+use crate::mem::folio::{Folio, FolioRef};
 use crate::mem::pool::FramePool;
 use crate::stats::Event;
 use crate::trace::slow_path;
 
 /// Frames a round looks at, at most, per step (the kernel's `SWAP_CLUSTER_MAX`).
 pub(crate) const SWAP_CLUSTER_MAX: usize = 32;
-/// The first (least eager) priority of a round.
-const DEF_PRIORITY: u32 = 12;
 /// Shadow nodes the shrinker deletes at most after one round.
 const SHADOW_BATCH: usize = 256;
 /// How long an allocation below the min watermark waits for background reclaim, at most,
@@ -100,28 +74,15 @@ pub(crate) struct ScanControl {
 }
 
 impl Vmscan {
-    /// Whether the inactive file list is too short next to the active one.
-    pub(crate) fn inactive_is_low(&self) -> bool {
-        self.inactive_is_low_of(Lru::InactiveFile)
-    }
-
-    /// Whether the inactive list `inactive` (file or anon) is too short next to its active one.
-    fn inactive_is_low_of(&self, inactive: Lru) -> bool {
-        let active = match inactive {
-            Lru::InactiveAnon => Lru::ActiveAnon,
-            _ => Lru::ActiveFile,
-        };
-        let inactive = self.lruvec.size(inactive) as u64;
-        let active = self.lruvec.size(active) as u64;
-        let gib = (inactive + active) >> (30 - FRAME_SHIFT);
-        let ratio = if gib > 0 { isqrt(10 * gib) } else { 1 };
-        inactive * ratio < active
-    }
-
     /// Takes folios from the tail of `lru` until `nr` frames are taken (at least one folio if
     /// the list is not empty), each with a reference and off the list; returns them. Folios
     /// whose count is frozen (being changed in place) are moved to the head instead.
-    fn isolate<'p>(&self, pool: &'p FramePool, lru: Lru, nr: usize) -> Vec<FolioRef<'p>> {
+    pub(crate) fn isolate<'p>(
+        &self,
+        pool: &'p FramePool,
+        lru: Lru,
+        nr: usize,
+    ) -> Vec<FolioRef<'p>> {
         let mut out = Vec::new();
         let mut g = self.lruvec.lock(pool);
         let mut taken = 0;
@@ -222,9 +183,7 @@ impl Vmscan {
                 // Meanwhile it waits on the active list (a younger generation), out of
                 // reclaim's way.
                 g.set_reclaim();
-                if !self.multigen() {
-                    g.set_active();
-                }
+                self.policy().park_for_writeback(&g);
                 self.counters.add(Event::PgActivate, nr as u64);
                 if writeback {
                     sc.nr_writeback += nr;
@@ -273,7 +232,7 @@ impl Vmscan {
         owners: &dyn Owners,
         folio: FolioRef<'_>,
     ) -> bool {
-        if self.policy == ReclaimPolicy::Clock || !folio.is_anon() {
+        if !self.policy().keeps_lists() || !folio.is_anon() {
             return false;
         }
         {
@@ -332,108 +291,6 @@ impl Vmscan {
         }
     }
 
-    /// Reclaims from the tail of an inactive list (file or anon), looking at `nr` frames.
-    fn shrink_inactive_list(
-        &self,
-        pool: &FramePool,
-        owners: &dyn Owners,
-        lru: Lru,
-        nr: usize,
-        sc: &mut ScanControl,
-    ) {
-        let folios = self.isolate(pool, lru, nr);
-        let scanned: usize = folios.iter().map(|f| f.nr_frames()).sum();
-        if scanned == 0 {
-            return;
-        }
-        self.counters.add(Event::PgScan, scanned as u64);
-        sc.nr_scanned += scanned;
-        let dirty_before = sc.nr_dirty;
-        sc.nr_reclaimed += self.shrink_folio_list(pool, owners, folios, sc);
-        if sc.nr_dirty > dirty_before {
-            owners.wake_flusher();
-        }
-    }
-
-    /// Moves `nr` frames' worth of folios from the tail of an active list (file or anon) to the
-    /// head of the inactive one, marking them `WORKINGSET` (they had been in use).
-    fn shrink_active_list(&self, pool: &FramePool, lru: Lru, nr: usize) {
-        let folios = self.isolate(pool, lru, nr);
-        let mut moved = 0;
-        for f in &folios {
-            if !f.is_unevictable() {
-                f.clear_active();
-                f.set_workingset();
-                moved += f.nr_frames();
-            }
-        }
-        self.putback(pool, folios);
-        if moved > 0 {
-            self.counters.add(Event::PgDeactivate, moved as u64);
-        }
-    }
-
-    /// One priority level of a round: scans the file lists in proportion to their sizes, and
-    /// the anonymous lists likewise when the owners can swap (the kernel's `swappiness` at
-    /// 100: both kinds cost the same to bring back, one read each).
-    fn shrink_lruvec(&self, pool: &FramePool, owners: &dyn Owners, sc: &mut ScanControl) {
-        let p = sc.priority;
-        let swap = owners.can_swap();
-        let anon_deactivate = swap && self.inactive_is_low_of(Lru::InactiveAnon);
-        let mut scan = [
-            (Lru::InactiveFile, self.lruvec.size(Lru::InactiveFile) >> p),
-            (
-                Lru::ActiveFile,
-                if sc.may_deactivate {
-                    self.lruvec.size(Lru::ActiveFile) >> p
-                } else {
-                    0
-                },
-            ),
-            (
-                Lru::InactiveAnon,
-                if swap {
-                    self.lruvec.size(Lru::InactiveAnon) >> p
-                } else {
-                    0
-                },
-            ),
-            (
-                Lru::ActiveAnon,
-                if anon_deactivate {
-                    self.lruvec.size(Lru::ActiveAnon) >> p
-                } else {
-                    0
-                },
-            ),
-        ];
-        while scan.iter().any(|(_, left)| *left > 0) {
-            for (lru, left) in scan.iter_mut() {
-                if *left == 0 {
-                    continue;
-                }
-                let n = (*left).min(SWAP_CLUSTER_MAX);
-                *left -= n;
-                match lru {
-                    Lru::InactiveFile | Lru::InactiveAnon => {
-                        self.shrink_inactive_list(pool, owners, *lru, n, sc)
-                    }
-                    _ => self.shrink_active_list(pool, *lru, n),
-                }
-            }
-            if sc.nr_reclaimed >= sc.nr_to_reclaim {
-                break;
-            }
-        }
-        // Keep the lists balanced even when the round did not need to deactivate.
-        if !sc.may_deactivate && self.inactive_is_low() {
-            self.shrink_active_list(pool, Lru::ActiveFile, SWAP_CLUSTER_MAX);
-        }
-        if swap && !anon_deactivate && self.inactive_is_low_of(Lru::InactiveAnon) {
-            self.shrink_active_list(pool, Lru::ActiveAnon, SWAP_CLUSTER_MAX);
-        }
-    }
-
     /// One round of reclaim wanting `nr_to_reclaim` frames (see the module documentation);
     /// returns the frames freed. The kernel's `do_try_to_free_pages` / one pass of
     /// `balance_pgdat`.
@@ -457,40 +314,9 @@ impl Vmscan {
         owners: &dyn Owners,
         nr_to_reclaim: usize,
     ) -> usize {
-        if self.policy == ReclaimPolicy::Clock {
-            let freed = self.clock_reclaim(pool, owners, nr_to_reclaim);
-            self.shrink_shadow_nodes(owners, SHADOW_BATCH);
-            return freed;
-        }
-        if self.multigen() {
-            let freed = self.lru_gen_shrink(pool, owners, nr_to_reclaim);
-            self.shrink_shadow_nodes(owners, SHADOW_BATCH);
-            return freed;
-        }
-        self.drain_all(pool);
-        let activations = self.counters.get(Event::WorkingsetActivate);
-        let refault_activated = activations
-            .saturating_sub(self.refaults_snapshot.swap(activations, Ordering::Relaxed))
-            as usize;
-        let mut sc = ScanControl {
-            nr_to_reclaim,
-            may_deactivate: self.inactive_is_low(),
-            ..ScanControl::default()
-        };
-        if refault_activated > 0 && !sc.may_deactivate {
-            // A new working set is forming: make room for what refaults activated, taken off the
-            // active tail (see the module documentation for how this differs from the kernel).
-            self.shrink_active_list(pool, Lru::ActiveFile, refault_activated);
-        }
-        for priority in (0..=DEF_PRIORITY).rev() {
-            sc.priority = priority;
-            self.shrink_lruvec(pool, owners, &mut sc);
-            if sc.nr_reclaimed >= sc.nr_to_reclaim {
-                break;
-            }
-        }
+        let freed = self.policy().shrink(self, pool, owners, nr_to_reclaim);
         self.shrink_shadow_nodes(owners, SHADOW_BATCH);
-        sc.nr_reclaimed
+        freed
     }
 
     /// Whether background reclaim has done its job for an allocation of `order`: free frames
@@ -547,10 +373,7 @@ impl Vmscan {
         order: u32,
         must: bool,
     ) -> Result<Option<FolioRef<'p>>, NoMemory> {
-        let fast = match self.policy {
-            ReclaimPolicy::Lru | ReclaimPolicy::MultiGen => self.alloc_fast(pool, order),
-            ReclaimPolicy::Clock => pool.alloc(order),
-        };
+        let fast = self.policy().alloc_fast(self, pool, order);
         if let Some(f) = fast {
             self.counters.count(Event::FolioAllocs);
             return Ok(Some(f));
@@ -561,7 +384,7 @@ impl Vmscan {
         // (`throttle_direct_reclaim`).
         while self.kswapd.is_awake() && start.elapsed() < THROTTLE {
             self.kswapd.wait_round(THROTTLE / 4);
-            if let Some(f) = self.alloc_fast(pool, order) {
+            if let Some(f) = self.alloc_watermark(pool, order) {
                 self.counters.count(Event::FolioAllocs);
                 return Ok(Some(f));
             }
@@ -608,12 +431,16 @@ impl Vmscan {
         }
     }
 
-    /// The allocation fast path of the LRU policy: anything free above the min watermark,
+    /// The allocation fast path of the list policies: anything free above the min watermark,
     /// largest order first. Wakes background reclaim below the low watermark, and when no block
     /// of the order asked for was free (so that it frees one: the tail of a stream's list is
     /// made of large folios).
     #[inline]
-    fn alloc_fast<'p>(&self, pool: &'p FramePool, order: u32) -> Option<FolioRef<'p>> {
+    pub(crate) fn alloc_watermark<'p>(
+        &self,
+        pool: &'p FramePool,
+        order: u32,
+    ) -> Option<FolioRef<'p>> {
         let free = pool.free_frames_hint();
         if free < self.wmark.low_for(order) {
             self.kswapd.wake(order, &self.counters);

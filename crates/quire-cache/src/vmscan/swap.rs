@@ -35,6 +35,9 @@
 //!
 //! # Access marking (`folio_mark_accessed`)
 //!
+//! A first access sets `REFERENCED` under every policy; what a later one does is the policy's
+//! ([`super::policy::Policy::accessed`]). Under the classic lists:
+//!
 //! | flags before | what an access does |
 //! |---|---|
 //! | `REFERENCED` clear | sets it (one read-modify-write; the only write a first hit makes) |
@@ -49,11 +52,9 @@ use std::ptr::NonNull;
 
 use crossbeam_utils::CachePadded;
 
-use super::{LruGuard, ReclaimPolicy, Vmscan};
+use super::{LruGuard, Vmscan};
 use crate::mem::buddy::thread_number;
-use crate::mem::folio::{
-    Folio, ACTIVE, HEAD, LRU, LRU_PENDING, REFERENCED, REFS_MASK, UNEVICTABLE, WORKINGSET,
-};
+use crate::mem::folio::{Folio, ACTIVE, HEAD, LRU, LRU_PENDING, REFERENCED, UNEVICTABLE};
 use crate::mem::pool::FramePool;
 use crate::stats::Event;
 use crate::sync::loom::{Mutex, MutexGuard};
@@ -127,13 +128,15 @@ impl Batches {
 }
 
 impl Vmscan {
-    /// Queues `folio` (just made visible by its owner) to be added to the list its flags name:
-    /// the kernel's `folio_add_lru`. Does nothing under the clock policy, which keeps no lists.
+    /// Hands `folio` (just made visible by its owner) to the policy to be added to the lists
+    /// ([`Policy::lru_add`](super::policy::Policy::lru_add)): the kernel's `folio_add_lru`.
     #[doc(alias = "folio_add_lru")]
     pub(crate) fn lru_add(&self, pool: &FramePool, folio: &Folio) {
-        if self.policy == ReclaimPolicy::Clock {
-            return;
-        }
+        self.policy().lru_add(self, pool, folio);
+    }
+
+    /// Queues `folio` to be added to the lists, marked pending.
+    pub(crate) fn queue_add(&self, pool: &FramePool, folio: &Folio) {
         folio.set_lru_pending();
         self.queue(pool, Op::Add, folio);
     }
@@ -141,9 +144,11 @@ impl Vmscan {
     /// Takes `folio` off its list if it is on one. Whoever sets a folio's `mapping` to 0 calls
     /// this afterwards (see the module documentation).
     pub(crate) fn lru_del(&self, pool: &FramePool, folio: &Folio) {
-        if self.policy == ReclaimPolicy::Clock {
-            return;
-        }
+        self.policy().lru_del(self, pool, folio);
+    }
+
+    /// Unlinks `folio` under the LRU lock if it is on a list.
+    pub(crate) fn unlink(&self, pool: &FramePool, folio: &Folio) {
         let mut g = self.lruvec.lock(pool);
         if folio.is_lru() {
             g.del(folio);
@@ -152,25 +157,23 @@ impl Vmscan {
 
     /// Marks an access to `folio`, which the caller holds a reference to and whose flags it
     /// read as `flags`; see the module documentation. Inline and write-free on the hot path (a
-    /// hit of an active folio used before).
+    /// hit of an active folio used before): the first access sets `REFERENCED`, a later one
+    /// is the policy's ([`Policy::accessed`](super::policy::Policy::accessed)), reached only
+    /// when the flags are not ones the policy said it leaves alone (`quiet_access`: a compare
+    /// instead of the indirect call on the hot path).
     #[doc(alias = "folio_mark_accessed")]
     #[inline]
     pub(crate) fn mark_accessed(&self, pool: &FramePool, folio: &Folio, flags: u64) {
         if flags & REFERENCED == 0 {
             folio.set_referenced();
-        } else if self.policy == ReclaimPolicy::MultiGen {
-            // Counted in the refs bits, then WORKINGSET; nothing to write once both are full.
-            if flags & (REFS_MASK | WORKINGSET) != REFS_MASK | WORKINGSET {
-                folio.inc_refs();
-            }
-        } else if flags & (ACTIVE | UNEVICTABLE) == 0 && self.policy == ReclaimPolicy::Lru {
-            self.activate_on_access(pool, folio);
+        } else if flags & self.quiet_access.0 != self.quiet_access.1 {
+            self.policy().accessed(self, pool, folio, flags);
         }
     }
 
-    /// The second access of an inactive folio.
+    /// The second access of an inactive folio (the classic lists): queued for activation.
     #[cold]
-    fn activate_on_access(&self, pool: &FramePool, folio: &Folio) {
+    pub(crate) fn activate_on_access(&self, pool: &FramePool, folio: &Folio) {
         if folio.is_lru() {
             self.queue(pool, Op::Activate, folio);
         } else if folio.is_lru_pending() {
@@ -191,14 +194,14 @@ impl Vmscan {
     /// `folio_rotate_reclaimable`.
     #[doc(alias = "folio_rotate_reclaimable")]
     pub(crate) fn rotate_reclaimable(&self, pool: &FramePool, folio: &Folio) {
-        if self.policy == ReclaimPolicy::Clock
-            || folio.is_locked()
-            || folio.is_dirty()
-            || folio.is_unevictable()
-            || !folio.is_lru()
-        {
+        if folio.is_locked() || folio.is_dirty() || folio.is_unevictable() || !folio.is_lru() {
             return;
         }
+        self.policy().rotate_reclaimable(self, pool, folio);
+    }
+
+    /// Queues `folio` to be rotated.
+    pub(crate) fn queue_rotate(&self, pool: &FramePool, folio: &Folio) {
         self.queue(pool, Op::Rotate, folio);
     }
 
@@ -255,21 +258,13 @@ impl Vmscan {
                 }
             }
             Op::Activate => {
-                if f.is_lru() && f.flags() & (ACTIVE | UNEVICTABLE) == 0 && !self.multigen() {
-                    g.del(f);
-                    f.set_active();
-                    g.add(f, false);
-                    self.counters.add(Event::PgActivate, nr);
+                if f.is_lru() && f.flags() & (ACTIVE | UNEVICTABLE) == 0 {
+                    self.policy().activate(self, g, f);
                 }
             }
             Op::Rotate => {
-                if f.is_lru() && !f.is_unevictable() && self.multigen() {
-                    self.lru_gen_rotate(g, f);
-                    self.counters.add(Event::PgRotated, nr);
-                } else if f.is_lru() && !f.is_unevictable() {
-                    g.del(f);
-                    f.clear_active();
-                    g.add(f, true);
+                if f.is_lru() && !f.is_unevictable() {
+                    self.policy().rotate(g, f);
                     self.counters.add(Event::PgRotated, nr);
                 }
             }

@@ -145,12 +145,14 @@ impl Vmscan {
             .fetch_add(frames as u64, Ordering::Relaxed);
     }
 
-    /// The shadow to leave for `folio`, which is being evicted now; advances the age. The
-    /// kernel's `workingset_eviction`.
+    /// The shadow to leave for `folio`, which is being evicted now, as the policy packs it;
+    /// advances the age. The kernel's `workingset_eviction`.
     pub(crate) fn workingset_eviction(&self, folio: &Folio) -> u64 {
-        if self.multigen() {
-            return self.lru_gen_eviction(folio);
-        }
+        self.policy().eviction(self, folio)
+    }
+
+    /// The classic shadow of `folio`: the age and whether it was in the working set.
+    pub(crate) fn classic_eviction(&self, folio: &Folio) -> u64 {
         let age = self
             .nonresident_age
             .fetch_add(folio.nr_frames() as u64, Ordering::Relaxed);
@@ -165,14 +167,22 @@ impl Vmscan {
         self.lruvec.size(Lru::ActiveFile) as u64
     }
 
-    /// `folio`, not yet on any list, is being read in over `shadow`: counts the refault and, if
-    /// workingset detection is on and the refault distance is within the workingset size, sets
-    /// `ACTIVE` and `WORKINGSET` so that it is added to the active list. The kernel's
-    /// `workingset_refault`.
+    /// `folio`, not yet on any list, is being read in over `shadow`: the policy counts the
+    /// refault and marks where the folio is to be added. The kernel's `workingset_refault`.
     pub(crate) fn workingset_refault(&self, folio: &Folio, shadow: u64) -> Refault {
-        if self.multigen() {
-            return self.lru_gen_refault(folio, shadow);
-        }
+        self.policy().refault(self, folio, shadow)
+    }
+
+    /// The classic refault of a shadow left by [`Vmscan::classic_eviction`]: counts it and, if
+    /// the policy may activate (`may_activate`), workingset detection is on and the refault
+    /// distance is within the workingset size, sets `ACTIVE` and `WORKINGSET` so that it is
+    /// added to the active list.
+    pub(crate) fn classic_refault(
+        &self,
+        folio: &Folio,
+        shadow: u64,
+        may_activate: bool,
+    ) -> Refault {
         let nr = folio.nr_frames() as u64;
         let (evicted, was_workingset) = unpack_shadow(shadow);
         let distance = self.nonresident_age().wrapping_sub(evicted) & AGE_MASK;
@@ -182,7 +192,7 @@ impl Vmscan {
             activated: false,
             restored: false,
         };
-        if !self.workingset || self.policy != super::ReclaimPolicy::Lru {
+        if !self.workingset || !may_activate {
             return r;
         }
         if distance > self.workingset_size() {

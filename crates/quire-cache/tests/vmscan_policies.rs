@@ -1,0 +1,215 @@
+//! Every registered reclaim policy (`vmscan/policy.rs`), built by name, runs the behaviour the
+//! shared machinery promises: reads through a cache smaller than the data return the right
+//! bytes, reclaim keeps the cache within its budget and leaves shadows that refaults find, the
+//! lists stay consistent — and a policy that keeps lists keeps a used hot set through a scan.
+//! The tests iterate over `ReclaimPolicy::names()`, so a new policy is tested by registering it.
+//!
+//! Single-threaded and predictable: order-0 folios, no readahead, synchronous reads, a flusher
+//! that never runs, nothing dirty.
+
+mod common;
+
+use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use quire::filemap::{CacheConfig, CachedFile, PageCache};
+use quire::stats::Event;
+use quire::store::{MemStore, Result as StoreResult, Store};
+use quire::vmscan::{ReclaimPolicy, UnknownReclaimPolicy};
+
+use common::{lru_total, quiet_config, same, PAGE};
+
+/// A store that counts the pages read from it.
+struct Counting {
+    inner: MemStore,
+    pages: AtomicU64,
+}
+
+impl Store for Counting {
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> StoreResult<usize> {
+        let n = self.inner.read_at(offset, buf)?;
+        self.pages
+            .fetch_add(n.div_ceil(PAGE) as u64, Ordering::Relaxed);
+        Ok(n)
+    }
+    fn write_at(&self, offset: u64, buf: &[u8]) -> StoreResult<usize> {
+        self.inner.write_at(offset, buf)
+    }
+    fn sync(&self) -> StoreResult<()> {
+        self.inner.sync()
+    }
+    fn len(&self) -> StoreResult<u64> {
+        self.inner.len()
+    }
+    fn set_len(&self, len: u64) -> StoreResult<()> {
+        self.inner.set_len(len)
+    }
+}
+
+/// One file of `pages` pages, its bytes, and the pages read from its store.
+struct File {
+    f: CachedFile,
+    data: Vec<u8>,
+    store: Arc<Counting>,
+}
+
+impl File {
+    fn open(cache: &PageCache, pages: usize, seed: u8) -> File {
+        let data = common::pattern(pages * PAGE, seed);
+        let store = Arc::new(Counting {
+            inner: MemStore::from_vec(data.clone()),
+            pages: AtomicU64::new(0),
+        });
+        let f = cache.open(store.clone()).unwrap();
+        File { f, data, store }
+    }
+
+    /// Reads page `p` alone (one access, through a fresh handle) and checks its bytes.
+    #[track_caller]
+    fn read(&self, p: usize) {
+        let mut b = vec![0u8; PAGE];
+        self.f
+            .reopen()
+            .read_exact_at((p * PAGE) as u64, &mut b)
+            .unwrap();
+        same(&b, &self.data[p * PAGE..(p + 1) * PAGE], "page bytes");
+    }
+
+    fn misses(&self) -> u64 {
+        self.store.pages.load(Ordering::Relaxed)
+    }
+}
+
+/// The policy called `name`, order-0 folios, no readahead, synchronous reads, `frames` frames.
+fn config(name: &str, frames: usize) -> CacheConfig {
+    let mut cfg = quiet_config(frames * PAGE)
+        .with_reclaim(name)
+        .unwrap_or_else(|e| panic!("registered policy {name}: {e}"));
+    cfg.max_folio_order = 0;
+    cfg.readahead_max = 0;
+    cfg.io_threads = 0;
+    cfg
+}
+
+/// The next number of a xorshift sequence in `x`.
+fn xorshift(x: &mut u64) -> u64 {
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    *x
+}
+
+#[test]
+fn the_table_names_the_three_policies_default_first() {
+    let names: Vec<_> = ReclaimPolicy::names().collect();
+    assert_eq!(names, ["lru-gen", "lru", "clock"]);
+    assert_eq!(ReclaimPolicy::default().name(), names[0]);
+    assert_eq!(CacheConfig::new(1 << 20).reclaim, ReclaimPolicy::default());
+    for (name, constant) in [
+        ("lru-gen", ReclaimPolicy::MultiGen),
+        ("lru", ReclaimPolicy::Lru),
+        ("clock", ReclaimPolicy::Clock),
+    ] {
+        assert_eq!(ReclaimPolicy::by_name(name), Ok(constant));
+        assert_eq!(constant.to_string(), name);
+    }
+}
+
+#[test]
+fn every_name_round_trips() {
+    for name in ReclaimPolicy::names() {
+        let p = ReclaimPolicy::by_name(name).unwrap();
+        assert_eq!(p.name(), name);
+        assert_eq!(ReclaimPolicy::from_str(&p.to_string()), Ok(p));
+        assert_eq!(
+            CacheConfig::new(1 << 20)
+                .with_reclaim(name)
+                .unwrap()
+                .reclaim,
+            p
+        );
+    }
+}
+
+#[test]
+fn an_unknown_name_is_a_typed_error() {
+    for bad in ["", "arc", "LRU", "lru-gen ", "multigen"] {
+        let e: UnknownReclaimPolicy = ReclaimPolicy::by_name(bad).unwrap_err();
+        assert_eq!(e.name, bad);
+        let msg = e.to_string();
+        assert!(msg.contains("unknown reclaim policy"), "{msg}");
+        assert!(ReclaimPolicy::names().all(|n| msg.contains(n)), "{msg}");
+        assert_eq!(bad.parse::<ReclaimPolicy>(), Err(e.clone()));
+        let err = CacheConfig::new(1 << 20).with_reclaim(bad).unwrap_err();
+        assert_eq!(err, e);
+    }
+}
+
+/// Two passes over a file four times the budget: every byte right, the cache within its
+/// budget, evictions and refaults counted, the lists consistent.
+#[test]
+fn every_policy_reclaims_within_the_budget_and_sees_refaults() {
+    for name in ReclaimPolicy::names() {
+        let cache = PageCache::new(config(name, 128)).unwrap();
+        let file = File::open(&cache, 512, 3);
+        for _ in 0..2 {
+            for p in 0..512 {
+                file.read(p);
+            }
+        }
+        let s = cache.stats_exact();
+        assert!(s.cached_frames <= 128, "{name}: {} cached", s.cached_frames);
+        assert!(
+            file.misses() >= 512 + 384,
+            "{name}: {} misses",
+            file.misses()
+        );
+        assert!(s.vmstat.get(Event::Evictions) >= 384, "{name}: evictions");
+        assert!(
+            s.vmstat.get(Event::WorkingsetRefault) > 0,
+            "{name}: no refault seen"
+        );
+        cache.check_lru().unwrap_or_else(|e| panic!("{name}: {e}"));
+        // A policy keeps its folios on the lists, or on none at all.
+        let listed = lru_total(&s);
+        assert!(
+            listed == s.cached_frames || listed == 0,
+            "{name}: {listed} listed of {} cached",
+            s.cached_frames
+        );
+    }
+}
+
+/// The hot set (half the budget, read three times) keeps its hits while a stream four times
+/// the budget passes once, its reads interleaved with random hot reads — for every policy that
+/// keeps lists (the clock, which keeps none, has to get the bytes right, and nothing more).
+#[test]
+fn a_scan_does_not_flush_the_hot_set_of_a_list_policy() {
+    for name in ReclaimPolicy::names() {
+        let cache = PageCache::new(config(name, 256)).unwrap();
+        let hot = File::open(&cache, 128, 1);
+        let stream = File::open(&cache, 1024, 2);
+        for _ in 0..3 {
+            for p in 0..128 {
+                hot.read(p);
+            }
+        }
+        let keeps_lists = lru_total(&cache.stats_exact()) > 0;
+        let before = hot.misses();
+        let mut asked = 0u64;
+        let mut x = 0x9e37_79b9u64;
+        for s in 0..1024 {
+            stream.read(s);
+            for _ in 0..4 {
+                hot.read((xorshift(&mut x) % 128) as usize);
+                asked += 1;
+            }
+        }
+        let ratio = 1.0 - (hot.misses() - before) as f64 / asked as f64;
+        if keeps_lists {
+            assert!(ratio >= 0.95, "{name}: hot hit ratio {ratio}");
+        }
+        cache.check_lru().unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
+}
