@@ -169,6 +169,15 @@ fn set_limit(spec: &Spec) -> anyhow::Result<u64> {
     Ok(limit)
 }
 
+/// A buffer of `len` bytes whose pages exist now: written once, so that the memory group is
+/// charged for them before [`set_limit`] reads what the child holds. A zeroed allocation of
+/// this size is mapped lazily and charged at the first read that fills it — after the limit
+/// is set, taking its room from the page cache the limit is for (with two 1 MiB readers in a
+/// 16 MiB group, enough to have the child killed now and then).
+fn touched(len: usize) -> Vec<u8> {
+    vec![0xA5; len]
+}
+
 /// The child: `quire bench-child --spec JSON`. Prints one JSON [`Outcome`] line.
 pub fn child_main(spec_json: &str) -> anyhow::Result<()> {
     let spec: Spec = serde_json::from_str(spec_json).context("parsing the child's spec")?;
@@ -260,6 +269,7 @@ fn scan(spec: &Spec) -> anyhow::Result<Outcome> {
     let done = AtomicBool::new(false);
     let ready = Barrier::new(3);
     let go = Barrier::new(3);
+    let stream_buf = touched(super::CHUNK);
     let mut outcome = Outcome::default();
     std::thread::scope(|s| -> anyhow::Result<()> {
         let h = s.spawn(|| -> anyhow::Result<(u64, u64)> {
@@ -284,7 +294,7 @@ fn scan(spec: &Spec) -> anyhow::Result<Outcome> {
             Ok((n, read_bytes("thread-self")? - before))
         });
         let st = s.spawn(|| -> anyhow::Result<()> {
-            let mut buf = vec![0u8; super::CHUNK];
+            let mut buf = stream_buf;
             ready.wait();
             go.wait();
             for stream in &streams {
@@ -334,7 +344,7 @@ fn read_through(f: &mut File, buf: &mut [u8]) -> anyhow::Result<u64> {
 fn loop_case(spec: &Spec) -> anyhow::Result<Outcome> {
     let mut f = open(&spec.files[0])?;
     join(spec)?;
-    let mut buf = vec![0u8; super::CHUNK];
+    let mut buf = touched(super::CHUNK);
     let mut outcome = Outcome {
         limit: set_limit(spec)?,
         ..Outcome::default()
@@ -361,7 +371,7 @@ fn switch(spec: &Spec) -> anyhow::Result<Outcome> {
         .map(|p| open(p))
         .collect::<anyhow::Result<_>>()?;
     join(spec)?;
-    let mut buf = vec![0u8; super::CHUNK];
+    let mut buf = touched(super::CHUNK);
     let mut outcome = Outcome {
         limit: set_limit(spec)?,
         ..Outcome::default()
@@ -392,14 +402,15 @@ fn readonce(spec: &Spec) -> anyhow::Result<Outcome> {
         .collect::<anyhow::Result<_>>()?;
     join(spec)?;
     let ready = Barrier::new(files.len() + 1);
+    let bufs: Vec<Vec<u8>> = files.iter().map(|_| touched(super::CHUNK)).collect();
     let mut outcome = Outcome::default();
     std::thread::scope(|s| -> anyhow::Result<()> {
         let handles: Vec<_> = files
             .into_iter()
-            .map(|mut f| {
+            .zip(bufs)
+            .map(|(mut f, mut buf)| {
                 let ready = &ready;
                 s.spawn(move || -> anyhow::Result<u64> {
-                    let mut buf = vec![0u8; super::CHUNK];
                     ready.wait();
                     read_through(&mut f, &mut buf)
                 })
