@@ -9,6 +9,8 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering}
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Instant;
 
+use crossbeam_utils::CachePadded;
+
 use super::readahead::{folio_orders, RaWindow, Readahead};
 use super::{check_range, errno_of, Cache, FilemapError, FolioPtr, Result, DIRTY_MARK, PAGE_SIZE};
 use crate::bio::{Bio, BioEnd, BioOp};
@@ -81,11 +83,12 @@ pub(crate) struct Mapping {
     /// not changed after (a background write-back that found the file before it was closed
     /// leaves it alone; another cache may have opened the store since).
     pub(crate) closed: AtomicBool,
-    /// Frames of this file in the index.
-    pub(crate) nr_frames: AtomicUsize,
+    /// Frames of this file in the index. On a cache line of its own: reclaim's thread lowers
+    /// it as readers raise it, and no field a reader writes on a miss should move with it.
+    pub(crate) nr_frames: CachePadded<AtomicUsize>,
     /// Bytes the store returned to this file's reads, ever (whatever engine ran them): the
     /// file's misses in bytes ([`super::CachedFile::store_bytes_read`]).
-    pub(crate) read_bytes: AtomicU64,
+    pub(crate) read_bytes: CachePadded<AtomicU64>,
     /// When the oldest data now dirty was dirtied (None when the file is clean).
     pub(crate) dirtied_at: Mutex<Option<Instant>>,
     /// Open handles ([`super::CachedFile`]s). The last one to go closes the mapping at once,
@@ -149,8 +152,8 @@ impl Mapping {
             invalidate_lock: RwLock::new(()),
             store_len: Default::default(),
             closed: AtomicBool::new(false),
-            nr_frames: AtomicUsize::new(0),
-            read_bytes: AtomicU64::new(0),
+            nr_frames: CachePadded::new(AtomicUsize::new(0)),
+            read_bytes: CachePadded::new(AtomicU64::new(0)),
             dirtied_at: Mutex::new(None),
             handles: AtomicUsize::new(0),
             wb_failing: AtomicI32::new(0),
