@@ -58,7 +58,7 @@ fn fsync_returns_only_after_every_earlier_write_is_synced() {
             let byte = (rounds % 251) as u8 + 1;
             f.write_at((page * PAGE + 100) as u64, &[byte]).unwrap();
             // Give the flusher a moment to pick the folio up, sometimes.
-            if rounds % 3 == 0 {
+            if rounds.is_multiple_of(3) {
                 std::thread::sleep(Duration::from_micros(rng.below(1500) as u64));
             }
             f.fsync().unwrap();

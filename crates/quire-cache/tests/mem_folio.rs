@@ -336,7 +336,7 @@ fn stress_lockless_lookup_against_replace_and_rewrite() {
             tag += 1;
             // SAFETY: the one raw reference is the slot's, which only this thread changes.
             let replaced = match unsafe { g.freeze(1) } {
-                Some(mut frozen) if n % 2 == 0 => {
+                Some(mut frozen) if n.is_multiple_of(2) => {
                     // Rewrite in place.
                     frozen.bytes_mut().fill(tag as u8);
                     frozen.folio().set_private(tag);

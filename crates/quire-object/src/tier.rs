@@ -369,7 +369,7 @@ impl TierInner {
     /// Queues `data` (whole pages, `offset` page aligned) of `object` for the writer; drops
     /// it if the writer is behind.
     pub(crate) fn offer(&self, object: ObjectId, offset: u64, data: &[u8]) {
-        if offset % PAGE as u64 != 0 || data.is_empty() {
+        if !offset.is_multiple_of(PAGE as u64) || data.is_empty() {
             return;
         }
         let Some(q) = self.queue.lock().clone() else {
@@ -490,7 +490,7 @@ impl TierInner {
     /// aligned) found in the tier; returns which were found. A run of present pages in one
     /// chunk is one read.
     pub(crate) fn read(&self, object: ObjectId, offset: u64, dst: &mut [u8]) -> Vec<bool> {
-        debug_assert!(offset % PAGE as u64 == 0 && dst.len() % PAGE == 0);
+        debug_assert!(offset.is_multiple_of(PAGE as u64) && dst.len().is_multiple_of(PAGE));
         let n = dst.len() / PAGE;
         let mut found = vec![false; n];
         let mut i = 0;

@@ -405,7 +405,7 @@ impl InFlight {
         match self.bio.op {
             BioOp::Read => {
                 let align = self.bio.end.store().alignment().max(1);
-                if n == 0 || self.done % align != 0 {
+                if n == 0 || !self.done.is_multiple_of(align) {
                     Next::Done(Ok(()))
                 } else {
                     Next::Again

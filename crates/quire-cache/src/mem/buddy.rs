@@ -332,7 +332,7 @@ impl Buddy {
         let mut pfn = 0usize;
         while pfn < nr_frames {
             let mut order = MAX_ORDER;
-            while pfn % (1 << order) != 0 || pfn + (1 << order) > nr_frames {
+            while !pfn.is_multiple_of(1 << order) || pfn + (1 << order) > nr_frames {
                 order -= 1;
             }
             blocks.push((pfn as u32, order));

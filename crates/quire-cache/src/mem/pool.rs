@@ -120,7 +120,7 @@ impl FramePool {
         if capacity == 0 {
             return Err(PoolError::Empty);
         }
-        if capacity % FRAME_SIZE != 0 {
+        if !capacity.is_multiple_of(FRAME_SIZE) {
             return Err(PoolError::NotFrameMultiple(capacity));
         }
         if capacity > MAX_CAPACITY {
@@ -316,7 +316,7 @@ impl FramePool {
     pub fn pfn_of(&self, folio: &Folio) -> Option<usize> {
         let off = (folio as *const Folio as usize).wrapping_sub(self.descs.as_ptr() as usize);
         let size = std::mem::size_of::<Folio>();
-        (off % size == 0 && off / size < self.descs.len()).then_some(off / size)
+        (off.is_multiple_of(size) && off / size < self.descs.len()).then_some(off / size)
     }
 
     /// The frame number of one of our descriptors.

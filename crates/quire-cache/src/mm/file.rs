@@ -270,7 +270,7 @@ impl<'a> SharedPage<'a> {
 
     fn word(&self, offset: usize, write: bool) -> Result<&AtomicU64, MmError> {
         self.check(offset, 8, write)?;
-        if offset % 8 != 0 {
+        if !offset.is_multiple_of(8) {
             return Err(MmError::BadOffset { offset, len: 8 });
         }
         // SAFETY: 8 aligned bytes inside the page (checked; pages are 4096-aligned), valid for

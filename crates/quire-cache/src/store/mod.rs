@@ -221,7 +221,11 @@ pub fn check_range(op: Op, offset: u64, len: usize) -> Result<()> {
 
 /// Checks a request against an alignment (1: anything goes).
 pub fn check_alignment(op: Op, offset: u64, len: usize, addr: usize, align: usize) -> Result<()> {
-    if align > 1 && (offset % align as u64 != 0 || len % align != 0 || addr % align != 0) {
+    if align > 1
+        && (!offset.is_multiple_of(align as u64)
+            || !len.is_multiple_of(align)
+            || !addr.is_multiple_of(align))
+    {
         return Err(StoreError::Unaligned {
             op,
             offset,

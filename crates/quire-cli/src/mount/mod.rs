@@ -89,7 +89,7 @@ fn check_dirs(a: &MountArgs) -> anyhow::Result<()> {
             bail!("{what} {} is not a directory", p.display());
         }
     }
-    if a.capacity < 1 << 20 || a.capacity % 4096 != 0 {
+    if a.capacity < 1 << 20 || !a.capacity.is_multiple_of(4096) {
         bail!("--capacity must be at least 1 MiB and a multiple of 4 KiB");
     }
     Ok(())

@@ -10,7 +10,7 @@ impl Mapping {
         let mut order = 0;
         if pos == index << FRAME_SHIFT {
             while order < self.cache.config.max_folio_order
-                && index % (1u64 << (order + 1)) == 0
+                && index.is_multiple_of(1u64 << (order + 1))
                 && (index + (1u64 << (order + 1))) << FRAME_SHIFT <= end
             {
                 order += 1;
