@@ -15,7 +15,7 @@
 //! what is free without watermarks, sweeping the clock when nothing is. Its shadows are the
 //! classic lists', but a refault never activates (there is nothing to activate onto).
 
-use super::policy::Policy;
+use super::policy::{AccessRule, Policy};
 use super::workingset::Refault;
 use super::{LruGuard, Owners, VmConfig, Vmscan};
 use crate::mem::folio::{Folio, FolioRef, ANON, HEAD, LOCKED, ORDER_MASK, ORDER_SHIFT, WRITEBACK};
@@ -105,12 +105,8 @@ impl Policy for Clock {
     fn lru_del(&self, _vm: &Vmscan, _pool: &FramePool, _folio: &Folio) {}
 
     /// The hand's second chance needs only `REFERENCED`.
-    #[inline]
-    fn accessed(&self, _vm: &Vmscan, _pool: &FramePool, _folio: &Folio, _flags: u64) {}
-
-    /// Every later access: `flags & 0 == 0`.
-    fn quiet_access(&self) -> (u64, u64) {
-        (0, 0)
+    fn access_rule(&self) -> AccessRule {
+        AccessRule::Nothing
     }
 
     fn rotate_reclaimable(&self, _vm: &Vmscan, _pool: &FramePool, _folio: &Folio) {}

@@ -249,6 +249,7 @@ impl<'a> LruGuard<'a> {
     /// Links a folio its owner has just added (the batch drain of `folio_add_lru`) where the
     /// policy puts a new one ([`Policy::add_new`]).
     pub(crate) fn add_new(&mut self, folio: &Folio) {
+        debug_assert!(!folio.is_lru(), "adding a folio that is on a list");
         let policy = self.vec.policy();
         policy.add_new(self, folio);
     }

@@ -124,7 +124,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use super::lru::{gen_list, list_of, LruGuard, NR_GEN_LISTS};
 #[cfg(any(feature = "bench-internals", loom))]
 use super::lru::{list_name, NR_LISTS};
-use super::policy::Policy;
+use super::policy::{AccessRule, Policy};
 use super::reclaim::{ScanControl, SWAP_CLUSTER_MAX};
 use super::{Lru, Owners, VmConfig, Vmscan, NR_LRU_LISTS};
 use crate::mem::folio::{
@@ -886,16 +886,8 @@ impl Vmscan {
 impl Policy for MultiGen {
     /// A use through a file descriptor is counted in the refs bits, then `WORKINGSET`; nothing
     /// is written once both are full.
-    #[inline]
-    fn accessed(&self, _vm: &Vmscan, _pool: &FramePool, folio: &Folio, flags: u64) {
-        if flags & (REFS_MASK | WORKINGSET) != REFS_MASK | WORKINGSET {
-            folio.inc_refs();
-        }
-    }
-
-    /// Nothing is written once the refs bits and `WORKINGSET` are full.
-    fn quiet_access(&self) -> (u64, u64) {
-        (REFS_MASK | WORKINGSET, REFS_MASK | WORKINGSET)
+    fn access_rule(&self) -> AccessRule {
+        AccessRule::CountUses
     }
 
     /// A folio without a generation first gets one ([`GenState::gen_for_add`]).

@@ -252,8 +252,8 @@ pub(crate) struct VmConfig {
 
 /// One cache's reclaim state; see the [module documentation](self).
 pub(crate) struct Vmscan {
-    /// The policy's [`policy::Policy::quiet_access`]: the flags of a hit that does nothing.
-    quiet_access: (u64, u64),
+    /// The policy's [`policy::Policy::access_rule`]: what a repeat access does.
+    access_rule: policy::AccessRule,
     workingset: bool,
     shadow_shrinker: bool,
     max_shadow_nodes: usize,
@@ -277,7 +277,7 @@ impl Vmscan {
         let wmark = Watermarks::for_frames(c.frames);
         let policy = c.policy.build(&c);
         Vmscan {
-            quiet_access: policy.quiet_access(),
+            access_rule: policy.access_rule(),
             workingset: c.workingset,
             shadow_shrinker: c.shadow_shrinker,
             max_shadow_nodes: (c.frames / 16).max(1),

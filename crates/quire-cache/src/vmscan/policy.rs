@@ -14,8 +14,9 @@
 //! | `clock` | [`super::clock`] | a clock over the memmap, run by the allocating thread |
 //!
 //! A cache picks one by name ([`ReclaimPolicy::by_name`], `CacheConfig::with_reclaim`); a new
-//! policy is a file implementing [`Policy`] and one line in [`POLICIES`]. The trait's defaults
-//! are the classic lists' behaviour where another policy shares it.
+//! policy is a file implementing [`Policy`] and one line in [`POLICIES`]. Where a method has a
+//! default, it is the classic lists' behaviour that another policy shares (`activate`'s does
+//! nothing: only the classic lists queue activations).
 
 use std::fmt;
 use std::str::FromStr;
@@ -25,6 +26,19 @@ use super::workingset::Refault;
 use super::{Owners, VmConfig, Vmscan, NR_LRU_LISTS};
 use crate::mem::folio::{Folio, FolioRef};
 use crate::mem::pool::FramePool;
+
+/// What a repeat access does ([`Policy::access_rule`]), applied inline on the read-hit path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum AccessRule {
+    /// Nothing: `REFERENCED` is all the policy reads (the clock's hand).
+    Nothing,
+    /// The use is counted in the refs bits, then `WORKINGSET`; nothing is written once both
+    /// are full (the generations' tiers).
+    CountUses,
+    /// An inactive, evictable folio is queued for activation; an active one writes nothing
+    /// (the classic lists).
+    Activate,
+}
 
 /// One reclaim policy of a cache; see the [module documentation](self). Every method gets the
 /// shared machinery as `vm`; a policy keeps only its own state (the clock's hand, the
@@ -55,17 +69,13 @@ pub(crate) trait Policy: fmt::Debug + Send + Sync {
         self.link(g, folio, false);
     }
 
-    /// An access to `folio` whose `REFERENCED` was already set (a first access only sets it,
-    /// for every policy): the second-access path of `folio_mark_accessed`. On the read-hit
-    /// path: no allocation, and at most the one flag update the policy needs.
-    fn accessed(&self, vm: &Vmscan, pool: &FramePool, folio: &Folio, flags: u64);
-
-    /// The flags under which [`Policy::accessed`] does nothing, as `(mask, value)`: a hit
-    /// whose `flags & mask == value` skips the call (read once when the cache is made, so a
-    /// hit of a folio used before costs what it did before the policies were modules: a
-    /// compare, no indirect call). A filter: any flags it lets through still reach `accessed`,
-    /// which decides.
-    fn quiet_access(&self) -> (u64, u64);
+    /// What an access to a folio whose `REFERENCED` is already set does (a first access only
+    /// sets it, for every policy): the second-access path of `folio_mark_accessed`. Read once
+    /// when the cache is made and applied inline on the read-hit path, so that a hit costs a
+    /// compare and at most one flag update, with no indirect call. A policy whose accesses
+    /// must do something none of the rules does adds a rule: the read-hit path is the one
+    /// place where a policy's choice is not a method.
+    fn access_rule(&self) -> AccessRule;
 
     /// Applies a queued activation under the LRU lock (only policies whose accesses queue them).
     fn activate(&self, vm: &Vmscan, g: &mut LruGuard<'_>, folio: &Folio) {
@@ -196,7 +206,8 @@ pub(crate) const POLICIES: &[Registration] = &[
 #[derive(Clone, Copy)]
 pub struct ReclaimPolicy(&'static Registration);
 
-// The constants keep the names of the variants they were when the policies were an enum.
+// Written as enum variants are, so that `ReclaimPolicy::MultiGen` reads as the other switches
+// of the cache do (`WaitPolicy::Exact`, `RefPolicy::Lockref`).
 #[allow(non_upper_case_globals)]
 impl ReclaimPolicy {
     /// `"lru-gen"`: the multi-generational LRU (`lru_gen`): generations, tiers with refault

@@ -52,9 +52,12 @@ use std::ptr::NonNull;
 
 use crossbeam_utils::CachePadded;
 
+use super::policy::AccessRule;
 use super::{LruGuard, Vmscan};
 use crate::mem::buddy::thread_number;
-use crate::mem::folio::{Folio, ACTIVE, HEAD, LRU, LRU_PENDING, REFERENCED, UNEVICTABLE};
+use crate::mem::folio::{
+    Folio, ACTIVE, HEAD, LRU, LRU_PENDING, REFERENCED, REFS_MASK, UNEVICTABLE, WORKINGSET,
+};
 use crate::mem::pool::FramePool;
 use crate::stats::Event;
 use crate::sync::loom::{Mutex, MutexGuard};
@@ -158,16 +161,26 @@ impl Vmscan {
     /// Marks an access to `folio`, which the caller holds a reference to and whose flags it
     /// read as `flags`; see the module documentation. Inline and write-free on the hot path (a
     /// hit of an active folio used before): the first access sets `REFERENCED`, a later one
-    /// is the policy's ([`Policy::accessed`](super::policy::Policy::accessed)), reached only
-    /// when the flags are not ones the policy said it leaves alone (`quiet_access`: a compare
-    /// instead of the indirect call on the hot path).
+    /// does what the policy's [`AccessRule`] says, inline.
     #[doc(alias = "folio_mark_accessed")]
     #[inline]
     pub(crate) fn mark_accessed(&self, pool: &FramePool, folio: &Folio, flags: u64) {
         if flags & REFERENCED == 0 {
             folio.set_referenced();
-        } else if flags & self.quiet_access.0 != self.quiet_access.1 {
-            self.policy().accessed(self, pool, folio, flags);
+            return;
+        }
+        match self.access_rule {
+            AccessRule::Nothing => {}
+            AccessRule::CountUses => {
+                if flags & (REFS_MASK | WORKINGSET) != REFS_MASK | WORKINGSET {
+                    folio.inc_refs();
+                }
+            }
+            AccessRule::Activate => {
+                if flags & (ACTIVE | UNEVICTABLE) == 0 {
+                    self.activate_on_access(pool, folio);
+                }
+            }
         }
     }
 

@@ -38,11 +38,11 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::policy::Policy;
+use super::policy::{AccessRule, Policy};
 use super::reclaim::{ScanControl, SWAP_CLUSTER_MAX};
 use super::workingset::Refault;
 use super::{isqrt, Lru, LruGuard, Owners, VmConfig, Vmscan};
-use crate::mem::folio::{Folio, ACTIVE, FRAME_SHIFT, UNEVICTABLE};
+use crate::mem::folio::{Folio, FRAME_SHIFT};
 use crate::mem::pool::FramePool;
 use crate::stats::Event;
 
@@ -69,17 +69,8 @@ impl TwoList {
 impl Policy for TwoList {
     /// The second access of an inactive folio activates it; an active or unevictable one
     /// writes nothing.
-    #[inline]
-    fn accessed(&self, vm: &Vmscan, pool: &FramePool, folio: &Folio, flags: u64) {
-        if flags & (ACTIVE | UNEVICTABLE) == 0 {
-            vm.activate_on_access(pool, folio);
-        }
-    }
-
-    /// An active folio writes nothing (an unevictable one reaches `accessed`, which does
-    /// nothing either).
-    fn quiet_access(&self) -> (u64, u64) {
-        (ACTIVE, ACTIVE)
+    fn access_rule(&self) -> AccessRule {
+        AccessRule::Activate
     }
 
     /// From the inactive list to the active one.
