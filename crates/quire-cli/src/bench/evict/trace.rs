@@ -38,6 +38,10 @@
 //! Without `--trace-format`, `.oracleGeneral` and `.bin` files are read as `oracle-general`,
 //! `.csv` and `.tsv` files as `csv`, and anything else as `text`.
 //!
+//! A trace may expand to at most [`MAX_ACCESSES`] page accesses (2^31: its lines, or its
+//! objects' pages summed over its accesses); past that it is refused as it is read
+//! ([`TraceError::TooManyAccesses`]) rather than allocated.
+//!
 //! # From keys to pages
 //!
 //! Keys are mapped to dense page numbers `0..n` (a hash map), so that the replayed file is
@@ -110,6 +114,13 @@ use super::{PAGE, QUIRE};
 /// The smallest budget a replay takes, as `quire mount --capacity`: below it the reserve
 /// reclaim keeps free (at least 16 frames) is a large share of the cache.
 pub const MIN_BUDGET: u64 = 1 << 20;
+
+/// The most page accesses a trace may expand to: 2^31. The replay holds 4 bytes per access
+/// (its page), and OPT about 13 more (the next use of each, whether it hit) — 36 GiB at this
+/// bound, beyond which no machine the suite runs on would get through; checked as the trace is
+/// read, so that a malformed file whose records claim huge objects (an oracleGeneral size of
+/// 4 GiB is 2^20 pages per access) is refused before anything of that size is allocated.
+pub const MAX_ACCESSES: u64 = 1 << 31;
 
 /// The case name of a replay.
 const CASE: &str = "trace";
@@ -188,6 +199,9 @@ pub enum TraceError {
     Empty { file: String },
     /// The trace has more distinct pages than a replay can number (`u32`).
     TooLarge { file: String },
+    /// The trace expands to more page accesses than [`MAX_ACCESSES`] (a text trace's lines, an
+    /// object trace's pages per access summed).
+    TooManyAccesses { file: String },
 }
 
 impl fmt::Display for TraceError {
@@ -209,6 +223,11 @@ impl fmt::Display for TraceError {
             TraceError::TooLarge { file } => {
                 write!(f, "{file}: more than {} distinct pages", u32::MAX)
             }
+            TraceError::TooManyAccesses { file } => write!(
+                f,
+                "{file}: more than {MAX_ACCESSES} page accesses (2^31), more than a replay holds \
+                 in memory (its objects' sizes summed over its accesses, 4 KiB a page)"
+            ),
         }
     }
 }
@@ -509,12 +528,7 @@ fn parse_text(r: impl BufRead, file: &str) -> Result<Trace, TraceError> {
             line,
             problem: format!("{t:?} is not a page number"),
         })?;
-        if !pages.access(page, 1) {
-            return Err(TraceError::TooLarge {
-                file: file.to_string(),
-            });
-        }
-        Ok(())
+        pages.access(page, 1).map_err(|l| l.error(file))
     })?;
     pages.finish(file, TraceFormat::Text)
 }
@@ -522,6 +536,25 @@ fn parse_text(r: impl BufRead, file: &str) -> Result<Trace, TraceError> {
 /// Pages an object of `size` bytes covers: at least one.
 fn pages_of(size: u64) -> u64 {
     size.div_ceil(PAGE as u64).max(1)
+}
+
+/// A bound of [`Objects`] a trace went past.
+#[derive(Debug)]
+enum Limit {
+    /// More objects than a `u32` numbers.
+    Objects,
+    /// More page accesses than [`MAX_ACCESSES`].
+    Accesses,
+}
+
+impl Limit {
+    fn error(self, file: &str) -> TraceError {
+        let file = file.to_string();
+        match self {
+            Limit::Objects => TraceError::TooLarge { file },
+            Limit::Accesses => TraceError::TooManyAccesses { file },
+        }
+    }
 }
 
 /// Objects laid out as consecutive pages in the order of their keys, as the accesses come in.
@@ -533,6 +566,8 @@ struct Objects<K> {
     span: Vec<u64>,
     /// (object, pages) of each access.
     accesses: Vec<(u32, u32)>,
+    /// The pages of the accesses so far, summed: at most [`MAX_ACCESSES`].
+    pages: u64,
 }
 
 impl<K: std::hash::Hash + Ord + Clone> Objects<K> {
@@ -542,25 +577,30 @@ impl<K: std::hash::Hash + Ord + Clone> Objects<K> {
             keys: Vec::new(),
             span: Vec::new(),
             accesses: Vec::new(),
+            pages: 0,
         }
     }
 
-    /// One access of `pages` pages to `key`; `false` if there are too many objects to number.
-    fn access(&mut self, key: K, pages: u64) -> bool {
+    /// One access of `pages` pages to `key`; refused where there would be more objects than a
+    /// `u32` numbers or more page accesses than [`MAX_ACCESSES`].
+    fn access(&mut self, key: K, pages: u64) -> Result<(), Limit> {
+        let pages = pages.min(u64::from(u32::MAX));
+        self.pages = self
+            .pages
+            .checked_add(pages)
+            .filter(|&p| p <= MAX_ACCESSES)
+            .ok_or(Limit::Accesses)?;
         let next = self.span.len();
-        let Ok(next) = u32::try_from(next) else {
-            return false;
-        };
+        let next = u32::try_from(next).map_err(|_| Limit::Objects)?;
         let id = *self.ids.entry(key.clone()).or_insert(next);
         if id == next {
             self.keys.push(key);
             self.span.push(0);
         }
-        let pages = pages.min(u64::from(u32::MAX));
         let span = &mut self.span[id as usize];
         *span = (*span).max(pages);
         self.accesses.push((id, pages as u32));
-        true
+        Ok(())
     }
 
     fn finish(self, file: &str, format: TraceFormat) -> Result<Trace, TraceError> {
@@ -577,8 +617,8 @@ impl<K: std::hash::Hash + Ord + Clone> Objects<K> {
             next += self.span[o as usize];
         }
         let distinct = u32::try_from(next).map_err(|_| too_large())? as usize;
-        let asked: u64 = self.accesses.iter().map(|&(_, k)| u64::from(k)).sum();
-        let mut pages = Vec::with_capacity(asked as usize);
+        // At most `MAX_ACCESSES` (`access`).
+        let mut pages = Vec::with_capacity(self.pages as usize);
         for &(o, k) in &self.accesses {
             let b = base[o as usize];
             pages.extend(b..b + k);
@@ -631,11 +671,9 @@ fn parse_oracle(mut r: impl Read, file: &str) -> Result<Trace, TraceError> {
         }
         let id = u64::from_le_bytes(rec[4..12].try_into().expect("8 bytes"));
         let size = u32::from_le_bytes(rec[12..16].try_into().expect("4 bytes"));
-        if !objects.access(id, pages_of(u64::from(size))) {
-            return Err(TraceError::TooLarge {
-                file: file.to_string(),
-            });
-        }
+        objects
+            .access(id, pages_of(u64::from(size)))
+            .map_err(|l| l.error(file))?;
         index += 1;
     }
     objects.finish(file, TraceFormat::OracleGeneral)
@@ -738,12 +776,7 @@ fn parse_csv(r: impl BufRead, file: &str) -> Result<Trace, TraceError> {
                 pages_of(size)
             }
         };
-        if !objects.access(key, pages) {
-            return Err(TraceError::TooLarge {
-                file: file.to_string(),
-            });
-        }
-        Ok(())
+        objects.access(key, pages).map_err(|l| l.error(file))
     })?;
     if columns.is_none() {
         return Err(TraceError::Empty {
@@ -1286,6 +1319,29 @@ mod tests {
             let e = parse_sizes(bad).unwrap_err();
             assert!(e.contains(says), "{bad:?}: {e}");
         }
+    }
+
+    #[test]
+    fn traces_that_expand_past_the_bound_are_refused() {
+        // 2049 records of a 4 GiB - 1 object: 2^20 pages each, 2^31 + 2^20 pages in all, from
+        // a file of 48 KiB.
+        let mut bytes = Vec::new();
+        for i in 0..2049u64 {
+            bytes.extend(record(i % 3, u32::MAX));
+        }
+        let e = oracle(&bytes).unwrap_err();
+        assert!(matches!(e, TraceError::TooManyAccesses { .. }), "{e}");
+        assert!(
+            e.to_string()
+                .starts_with("t.oracleGeneral: more than 2147483648"),
+            "{e}"
+        );
+        // The same accesses as csv rows.
+        let csv_rows: String = (0..2049)
+            .map(|i| format!("{},{}\n", i % 3, u32::MAX))
+            .collect();
+        let e = csv(&format!("obj_id,obj_size\n{csv_rows}")).unwrap_err();
+        assert!(matches!(e, TraceError::TooManyAccesses { .. }), "{e}");
     }
 
     #[test]
