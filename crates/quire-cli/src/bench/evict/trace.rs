@@ -1468,8 +1468,8 @@ mod tests {
 
     #[test]
     fn percentages_resolve_in_integers() {
-        // distinct × p / 100 in floating point lands just under the whole number for these,
-        // and a fixed hair of 1e-9 is too small at this magnitude to lift it.
+        // distinct × p / 100 in floating point lands just under the whole number for these:
+        // integers give the whole number.
         let p = |t: &str| parse_sizes(t).unwrap().0[0].1.clone();
         for (distinct, size, want) in [
             (3_000_000_000, "0.7%", 21_000_000),
