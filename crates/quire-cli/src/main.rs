@@ -76,15 +76,16 @@ enum Command {
         budget: Option<usize>,
         /// The cache sizes of a trace replay, each trace replayed at each: a percentage of its
         /// distinct pages (0.1%), a number of entries (4096) or bytes (64M, a page per entry),
-        /// comma-separated, e.g. `--sizes 0.1%,1%,10%,40%`. A size under 256 entries (1 MiB)
-        /// is left out for that trace. Prints a table per trace and a summary per size against
-        /// exact LRU. Not with --budget.
+        /// comma-separated, e.g. `--sizes 0.1%,1%,10%,40%`. A size larger than a trace is
+        /// clamped to its distinct pages; a size under 256 entries (1 MiB), or of the same
+        /// entries as an earlier size, is left out for that trace. Prints a table per trace and
+        /// a summary per size against exact LRU. Not with --budget.
         #[arg(long, value_name = "LIST", requires = "trace", conflicts_with = "budget",
               value_parser = bench::evict::parse_sizes)]
         sizes: Option<bench::evict::TraceSizes>,
         /// A trace replay without readahead: every page is read only when the trace asks for
         /// it, so the variants differ only in what they keep (as OPT and cache libraries are
-        /// judged).
+        /// judged). With readahead, the summary carries a caveat.
         #[arg(long, requires = "trace")]
         no_readahead: bool,
     },

@@ -203,6 +203,14 @@ impl Bench {
         }
     }
 
+    /// Takes `n` steps out of the progress bar's total: steps it counted that will not run
+    /// (a trace replay's cells left out, known once the trace is read).
+    pub fn unplanned_steps(&self, n: u64) {
+        if let Some(len) = self.progress.length() {
+            self.progress.set_length(len.saturating_sub(n));
+        }
+    }
+
     /// Advances the progress bar by one step and shows what runs next.
     pub fn step(&self, what: &str) {
         self.progress.set_message(format!("{}: {what}", self.suite));
@@ -323,7 +331,7 @@ pub fn run(opts: &Options<'_>) -> anyhow::Result<()> {
         threads: opts.threads,
     };
     let steps = |s: &Suite| match opts.trace {
-        Some(t) => evict::trace_steps(t),
+        Some(t) => evict::trace_steps(t, &|v| selection.wants(v)),
         None => (s.steps)(&plan),
     };
     let total: u64 = chosen.iter().map(|s| steps(s)).sum::<u64>() * runs as u64;
@@ -375,8 +383,13 @@ pub fn run(opts: &Options<'_>) -> anyhow::Result<()> {
         if opts.trace.is_none() || bench.trace_cells.len() == 1 {
             tables = table::render_suite(&report, s.name);
         }
-        if opts.trace.is_some() {
-            let t = evict::trace_report(&report.results, &bench.trace_cells, &bench.trace_skipped);
+        if let Some(args) = opts.trace {
+            let t = evict::trace_report(
+                &report.results,
+                &bench.trace_cells,
+                &bench.trace_skipped,
+                args,
+            );
             tables.push_str(&evict::render_trace(&t));
             report.trace = Some(t);
         }

@@ -19,8 +19,9 @@
 //! - `default`: the figures of whichever variant `CacheConfig::new` gives (the "after" column);
 //! - `kernel`: the same accesses as buffered reads by a child process in a memory cgroup (v1)
 //!   limited to the same budget (`kernel.rs`); "skipped: why" where that cannot be had;
-//! - `opt`: Belady's optimal replacement over the same page trace, with room for the budget
-//!   (the ceiling; where threads run side by side their traces are merged in turn).
+//! - `opt`: Belady's optimal replacement over the same page trace, with room for the budget,
+//!   every missed page inserted (the ceiling of a cache that keeps every page it reads, as a
+//!   page cache must; where threads run side by side their traces are merged in turn).
 //!
 //! A hit ratio is the share of page reads not read from storage: `1 - bytes read from storage /
 //! bytes asked for`, from the file's `CachedFile::store_bytes_read` for quire (counted by the
@@ -67,9 +68,11 @@
 //! trace's distinct pages, at least 1 MiB) or at each size of `--sizes LIST`: `hit_ratio`,
 //! `accesses_per_s`, and for quire `demand_hit_ratio`, `evicted_pages` and
 //! `reclaim_ns_per_evicted` (`trace.rs`), then a table per trace and a summary per size
-//! against exact LRU (`summary.rs`). The pages are read one at a time, single-threaded, from a store whose bytes
-//! are computed, through the ordinary cache, so readahead acts as it would for a real reader
-//! (and pages it reads that go unused count against `hit_ratio`):
+//! against exact LRU (`summary.rs`). A size larger than a trace is clamped to its distinct
+//! pages, and sizes that come to the same entries are one cell. The pages are read one at a
+//! time, single-threaded, from a store whose bytes are computed, through the ordinary cache,
+//! so readahead acts as it would for a real reader (and pages it reads that go unused count
+//! against `hit_ratio`; the summary then says so above it):
 //! `quire bench evict --trace my.trace --budget 64M`.
 
 mod kernel;

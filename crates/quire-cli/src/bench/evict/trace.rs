@@ -1,8 +1,9 @@
 //! `quire bench evict --trace PATH [--trace-format F] [--budget SIZE | --sizes LIST]`:
 //! page-access traces of the user's own, replayed through every quire variant of the suite
 //! ([`QUIRE`]), through `default` (the configuration a user gets without choosing,
-//! [`CacheConfig::new`]), through Belady's optimum (`opt`, the ceiling) and through the cache
-//! libraries a user would pick instead (`peers.rs`), in place of the suite's cases.
+//! [`CacheConfig::new`]), through Belady's optimum (`opt`, the ceiling of a cache that keeps
+//! every page it reads; below) and through the cache libraries a user would pick instead
+//! (`peers.rs`), in place of the suite's cases.
 //!
 //! # Traces and cells
 //!
@@ -14,10 +15,15 @@
 //!
 //! A cell is one trace at one cache size, in entries of a page. Without `--sizes` a trace has
 //! one cell, its budget `--budget` or a quarter of its distinct pages (below). `--sizes` gives
-//! every trace a cell per size: a percentage of the trace's distinct pages (rounded down), a
-//! number of entries, or bytes (a page per entry) ([`parse_sizes`]); a cell under
-//! [`MIN_ENTRIES`] (the entries of [`MIN_BUDGET`]) is left out, said on standard error and
-//! listed in the report. In a cell, quire's caches get a budget of its entries × 4096 bytes,
+//! every trace a cell per size: a percentage of the trace's distinct pages (rounded down, in
+//! integers: at most 6 decimals), a number of entries, or bytes (a page per entry)
+//! ([`parse_sizes`]). Each size is resolved against the trace ([`resolve_cells`]): one larger
+//! than the trace's distinct pages is clamped to them (a cache that holds every page measures
+//! nothing more at a larger size), said on standard error and in the report; then a cell under
+//! [`MIN_ENTRIES`] (the entries of [`MIN_BUDGET`]) is left out, and so is a size that comes
+//! to the entries of an earlier one (`4096,16M`, `1%,1.0%`: the first is kept), each said on
+//! standard error and listed in the report. `--budget` is clamped the same way. In a cell,
+//! quire's caches get a budget of its entries × 4096 bytes,
 //! OPT and the libraries its entries. The figures of a cell are recorded under case `trace`
 //! where `--trace` names one file and there is no `--sizes`, else `trace NAME ENTRIES` (NAME
 //! the file name without `.gz` and its extension); `summary.rs` draws a table per trace and the
@@ -37,6 +43,10 @@
 //!
 //! Without `--trace-format`, `.oracleGeneral` and `.bin` files are read as `oracle-general`,
 //! `.csv` and `.tsv` files as `csv`, and anything else as `text`.
+//!
+//! A trace may expand to at most [`MAX_ACCESSES`] page accesses (2^31: its lines, or its
+//! objects' pages summed over its accesses); past that it is refused as it is read
+//! ([`TraceError::TooManyAccesses`]) rather than allocated.
 //!
 //! # From keys to pages
 //!
@@ -76,12 +86,20 @@
 //!   evicted (not recorded when nothing was evicted).
 //!
 //! - `accesses_per_s`: the trace's accesses over the wall time of the variant's replay (the
-//!   cache's set-up included), for quire's variants and the libraries alike.
+//!   cache's set-up included), for quire's variants and the libraries alike; moka's includes
+//!   the `run_pending_tasks()` the replay calls after every insert (`peers.rs`).
 //!
-//! `opt` is Belady's replacement with room for the whole budget (quire keeps a few frames free,
-//! so it holds a little less). The libraries' accounting is a simulator's (`peers.rs`): a
-//! lookup per access, an insert on a miss. Every figure counts the whole trace: cold misses are
-//! misses for all. A one-line summary per variant is printed on standard error as it finishes.
+//! `opt` is Belady's replacement with forced insertion and room for the cell's entries: every
+//! missed page enters the cache, evicting the resident page whose next use is furthest. That is
+//! the ceiling of a cache that keeps every page it reads — as a page cache must: quire's
+//! variants and the libraries that insert every miss (`peers.rs`) — not of one that may refuse
+//! a new entry (the W-TinyLFU admission of foyer's `w-tinylfu` and of `moka`), which can go
+//! above it (capacity 1, `A B A`: OPT inserts B and misses three times, refusing B hits once).
+//! quire keeps a few frames free (its watermarks' reserve: at least 16 frames), so it holds a
+//! little less than the budget; OPT and the libraries hold exactly the cell's entries. The
+//! libraries' accounting is a simulator's (`peers.rs`): a lookup per access, an insert on a
+//! miss. Every figure counts the whole trace: cold misses are misses for all. A one-line
+//! summary per variant is printed on standard error as it finishes.
 //!
 //! Without `--sizes`, the budget is `--budget`, or else a quarter of the trace's distinct pages
 //! (rounded up to a page); at least [`MIN_BUDGET`] either way.
@@ -110,6 +128,13 @@ use super::{PAGE, QUIRE};
 /// The smallest budget a replay takes, as `quire mount --capacity`: below it the reserve
 /// reclaim keeps free (at least 16 frames) is a large share of the cache.
 pub const MIN_BUDGET: u64 = 1 << 20;
+
+/// The most page accesses a trace may expand to: 2^31. The replay holds 4 bytes per access
+/// (its page), and OPT about 13 more (the next use of each, whether it hit) — 36 GiB at this
+/// bound, beyond which no machine the suite runs on would get through; checked as the trace is
+/// read, so that a malformed file whose records claim huge objects (an oracleGeneral size of
+/// 4 GiB is 2^20 pages per access) is refused before anything of that size is allocated.
+pub const MAX_ACCESSES: u64 = 1 << 31;
 
 /// The case name of a replay.
 const CASE: &str = "trace";
@@ -188,6 +213,9 @@ pub enum TraceError {
     Empty { file: String },
     /// The trace has more distinct pages than a replay can number (`u32`).
     TooLarge { file: String },
+    /// The trace expands to more page accesses than [`MAX_ACCESSES`] (a text trace's lines, an
+    /// object trace's pages per access summed).
+    TooManyAccesses { file: String },
 }
 
 impl fmt::Display for TraceError {
@@ -209,6 +237,11 @@ impl fmt::Display for TraceError {
             TraceError::TooLarge { file } => {
                 write!(f, "{file}: more than {} distinct pages", u32::MAX)
             }
+            TraceError::TooManyAccesses { file } => write!(
+                f,
+                "{file}: more than {MAX_ACCESSES} page accesses (2^31), more than a replay holds \
+                 in memory (its objects' sizes summed over its accesses, 4 KiB a page)"
+            ),
         }
     }
 }
@@ -369,11 +402,18 @@ pub fn short_name(path: &Path) -> String {
 /// The smallest cell: the entries of [`MIN_BUDGET`].
 pub const MIN_ENTRIES: u64 = MIN_BUDGET / PAGE as u64;
 
+/// Millionths of a percent in a percent: a percentage of `--sizes` is read as a whole number
+/// of them, so that `1%` of a trace is the same integer however many distinct pages it has.
+const PERCENT: u64 = 1_000_000;
+
+/// Decimals a percentage of `--sizes` may have: one millionth of a percent.
+const PERCENT_DECIMALS: usize = 6;
+
 /// One cache size of `--sizes`.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Size {
-    /// A percentage of the trace's distinct pages (`1%`).
-    Percent(f64),
+    /// A share of the trace's distinct pages in millionths of a percent (`1%`: 1 000 000).
+    Percent(u64),
     /// A number of entries (`4096`).
     Entries(u64),
     /// Bytes (`64M`): a page per entry.
@@ -385,21 +425,60 @@ pub enum Size {
 pub struct TraceSizes(pub Vec<(String, Size)>);
 
 impl Size {
-    /// Entries of a cell of this size for a trace of `distinct` pages (a percentage rounds
-    /// down).
-    pub fn entries(&self, distinct: usize) -> u64 {
+    /// Entries a cell of this size asks for in a trace of `distinct` pages (a percentage rounds
+    /// down, computed in integers); possibly more than `distinct` ([`resolve_cells`] clamps).
+    pub fn entries(&self, distinct: u64) -> u64 {
         match *self {
-            // A hair added so that a product that is whole in decimal stays whole.
-            Size::Percent(p) => (distinct as f64 * p / 100.0 + 1e-9).floor() as u64,
+            Size::Percent(p) => {
+                let e = u128::from(distinct) * u128::from(p) / u128::from(100 * PERCENT);
+                // At most `distinct`: a percentage is at most 100%.
+                u64::try_from(e).unwrap_or(u64::MAX)
+            }
             Size::Entries(n) => n,
             Size::Bytes(b) => b / PAGE as u64,
         }
     }
 }
 
+/// A percentage of `--sizes` without its `%` (`0.1`, `40`, `1.0`) in millionths of a percent:
+/// digits, perhaps a point and at most [`PERCENT_DECIMALS`] more digits.
+fn parse_percent(t: &str, whole: &str) -> Result<u64, String> {
+    let not = || format!("{whole:?} is not a percentage (e.g. 0.1%)");
+    let (int, frac) = t.split_once('.').unwrap_or((t, ""));
+    let digits = |s: &str| s.bytes().all(|c| c.is_ascii_digit());
+    if (int.is_empty() && frac.is_empty()) || !digits(int) || !digits(frac) {
+        return Err(not());
+    }
+    if frac.len() > PERCENT_DECIMALS {
+        return Err(format!(
+            "{whole:?}: a percentage takes at most {PERCENT_DECIMALS} decimals"
+        ));
+    }
+    let out_of_range = || {
+        format!("{whole:?}: a percentage of the distinct pages must be above 0% and at most 100%")
+    };
+    let int: u64 = if int.is_empty() {
+        0
+    } else {
+        int.parse().map_err(|_| out_of_range())?
+    };
+    let frac: u64 = format!("{frac:0<PERCENT_DECIMALS$}")
+        .parse()
+        .map_err(|_| not())?;
+    let v = int
+        .checked_mul(PERCENT)
+        .and_then(|i| i.checked_add(frac))
+        .ok_or_else(out_of_range)?;
+    if v == 0 || v > 100 * PERCENT {
+        return Err(out_of_range());
+    }
+    Ok(v)
+}
+
 /// Parses `--sizes`: comma-separated sizes, each a percentage of the distinct pages (`0.1%`,
-/// above 0 and at most 100), a number of entries (`4096`) or a byte size with a K, M, G or T
-/// suffix (`64M`, at least a page).
+/// above 0 and at most 100, at most 6 decimals), a number of entries (`4096`) or a byte size
+/// with a K, M, G or T suffix (`64M`, at least a page). The same text twice is refused; two
+/// sizes that come to the same entries in a trace are told apart there ([`resolve_cells`]).
 pub fn parse_sizes(s: &str) -> Result<TraceSizes, String> {
     let mut out: Vec<(String, Size)> = Vec::new();
     for item in s.split(',') {
@@ -410,16 +489,7 @@ pub fn parse_sizes(s: &str) -> Result<TraceSizes, String> {
             ));
         }
         let size = if let Some(p) = t.strip_suffix('%') {
-            let v: f64 = p
-                .trim()
-                .parse()
-                .map_err(|_| format!("{t:?} is not a percentage (e.g. 0.1%)"))?;
-            if !(v > 0.0 && v <= 100.0) {
-                return Err(format!(
-                    "{t:?}: a percentage of the distinct pages must be above 0% and at most 100%"
-                ));
-            }
-            Size::Percent(v)
+            Size::Percent(parse_percent(p.trim(), t)?)
         } else if t.bytes().all(|c| c.is_ascii_digit()) {
             let n: u64 = t
                 .parse()
@@ -443,6 +513,66 @@ pub fn parse_sizes(s: &str) -> Result<TraceSizes, String> {
         out.push((t.to_string(), size));
     }
     Ok(TraceSizes(out))
+}
+
+/// A cell of one trace, as [`resolve_cells`] plans it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PlannedCell {
+    /// The size as `--sizes` gave it.
+    pub label: String,
+    /// Entries of its caches.
+    pub entries: u64,
+    /// The entries the size asked for, where more than the trace's distinct pages: the cell
+    /// is clamped to them.
+    pub clamped_from: Option<u64>,
+}
+
+/// A size a trace has no cell of, and why.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LeftOut {
+    pub label: String,
+    pub entries: u64,
+    /// The earlier size of the same entries, whose cell stands for both; `None`: under
+    /// [`MIN_ENTRIES`].
+    pub same_as: Option<String>,
+}
+
+/// The cells of a trace of `distinct` pages at `sizes`, in their order, and the sizes left
+/// out. A size larger than the trace is clamped to `distinct` entries: a cache that holds
+/// every page measures nothing more at any larger size (every access after the first of its
+/// page hits), and a larger one would only make the replay allocate for entries never used.
+/// Then a size under [`MIN_ENTRIES`] is left out, and so is a size whose entries an earlier
+/// size already has (`4096,16M`, `1%,1.0%`, or `40%,1G` on a small trace): its cell would be
+/// the same replay, once more, under the same case.
+pub fn resolve_cells(sizes: &TraceSizes, distinct: u64) -> (Vec<PlannedCell>, Vec<LeftOut>) {
+    let mut cells: Vec<PlannedCell> = Vec::new();
+    let mut left = Vec::new();
+    for (label, size) in &sizes.0 {
+        let asked = size.entries(distinct);
+        let entries = asked.min(distinct);
+        if entries < MIN_ENTRIES {
+            left.push(LeftOut {
+                label: label.clone(),
+                entries,
+                same_as: None,
+            });
+            continue;
+        }
+        if let Some(first) = cells.iter().find(|c| c.entries == entries) {
+            left.push(LeftOut {
+                label: label.clone(),
+                entries,
+                same_as: Some(first.label.clone()),
+            });
+            continue;
+        }
+        cells.push(PlannedCell {
+            label: label.clone(),
+            entries,
+            clamped_from: (asked > entries).then_some(asked),
+        });
+    }
+    (cells, left)
 }
 
 /// Reads a trace in `format` from `r`; `file` names it in errors.
@@ -509,12 +639,7 @@ fn parse_text(r: impl BufRead, file: &str) -> Result<Trace, TraceError> {
             line,
             problem: format!("{t:?} is not a page number"),
         })?;
-        if !pages.access(page, 1) {
-            return Err(TraceError::TooLarge {
-                file: file.to_string(),
-            });
-        }
-        Ok(())
+        pages.access(page, 1).map_err(|l| l.error(file))
     })?;
     pages.finish(file, TraceFormat::Text)
 }
@@ -522,6 +647,25 @@ fn parse_text(r: impl BufRead, file: &str) -> Result<Trace, TraceError> {
 /// Pages an object of `size` bytes covers: at least one.
 fn pages_of(size: u64) -> u64 {
     size.div_ceil(PAGE as u64).max(1)
+}
+
+/// A bound of [`Objects`] a trace went past.
+#[derive(Debug)]
+enum Limit {
+    /// More objects than a `u32` numbers.
+    Objects,
+    /// More page accesses than [`MAX_ACCESSES`].
+    Accesses,
+}
+
+impl Limit {
+    fn error(self, file: &str) -> TraceError {
+        let file = file.to_string();
+        match self {
+            Limit::Objects => TraceError::TooLarge { file },
+            Limit::Accesses => TraceError::TooManyAccesses { file },
+        }
+    }
 }
 
 /// Objects laid out as consecutive pages in the order of their keys, as the accesses come in.
@@ -533,6 +677,8 @@ struct Objects<K> {
     span: Vec<u64>,
     /// (object, pages) of each access.
     accesses: Vec<(u32, u32)>,
+    /// The pages of the accesses so far, summed: at most [`MAX_ACCESSES`].
+    pages: u64,
 }
 
 impl<K: std::hash::Hash + Ord + Clone> Objects<K> {
@@ -542,25 +688,30 @@ impl<K: std::hash::Hash + Ord + Clone> Objects<K> {
             keys: Vec::new(),
             span: Vec::new(),
             accesses: Vec::new(),
+            pages: 0,
         }
     }
 
-    /// One access of `pages` pages to `key`; `false` if there are too many objects to number.
-    fn access(&mut self, key: K, pages: u64) -> bool {
+    /// One access of `pages` pages to `key`; refused where there would be more objects than a
+    /// `u32` numbers or more page accesses than [`MAX_ACCESSES`].
+    fn access(&mut self, key: K, pages: u64) -> Result<(), Limit> {
+        let pages = pages.min(u64::from(u32::MAX));
+        self.pages = self
+            .pages
+            .checked_add(pages)
+            .filter(|&p| p <= MAX_ACCESSES)
+            .ok_or(Limit::Accesses)?;
         let next = self.span.len();
-        let Ok(next) = u32::try_from(next) else {
-            return false;
-        };
+        let next = u32::try_from(next).map_err(|_| Limit::Objects)?;
         let id = *self.ids.entry(key.clone()).or_insert(next);
         if id == next {
             self.keys.push(key);
             self.span.push(0);
         }
-        let pages = pages.min(u64::from(u32::MAX));
         let span = &mut self.span[id as usize];
         *span = (*span).max(pages);
         self.accesses.push((id, pages as u32));
-        true
+        Ok(())
     }
 
     fn finish(self, file: &str, format: TraceFormat) -> Result<Trace, TraceError> {
@@ -577,8 +728,8 @@ impl<K: std::hash::Hash + Ord + Clone> Objects<K> {
             next += self.span[o as usize];
         }
         let distinct = u32::try_from(next).map_err(|_| too_large())? as usize;
-        let asked: u64 = self.accesses.iter().map(|&(_, k)| u64::from(k)).sum();
-        let mut pages = Vec::with_capacity(asked as usize);
+        // At most `MAX_ACCESSES` (`access`).
+        let mut pages = Vec::with_capacity(self.pages as usize);
         for &(o, k) in &self.accesses {
             let b = base[o as usize];
             pages.extend(b..b + k);
@@ -631,11 +782,9 @@ fn parse_oracle(mut r: impl Read, file: &str) -> Result<Trace, TraceError> {
         }
         let id = u64::from_le_bytes(rec[4..12].try_into().expect("8 bytes"));
         let size = u32::from_le_bytes(rec[12..16].try_into().expect("4 bytes"));
-        if !objects.access(id, pages_of(u64::from(size))) {
-            return Err(TraceError::TooLarge {
-                file: file.to_string(),
-            });
-        }
+        objects
+            .access(id, pages_of(u64::from(size)))
+            .map_err(|l| l.error(file))?;
         index += 1;
     }
     objects.finish(file, TraceFormat::OracleGeneral)
@@ -738,12 +887,7 @@ fn parse_csv(r: impl BufRead, file: &str) -> Result<Trace, TraceError> {
                 pages_of(size)
             }
         };
-        if !objects.access(key, pages) {
-            return Err(TraceError::TooLarge {
-                file: file.to_string(),
-            });
-        }
-        Ok(())
+        objects.access(key, pages).map_err(|l| l.error(file))
     })?;
     if columns.is_none() {
         return Err(TraceError::Empty {
@@ -755,12 +899,22 @@ fn parse_csv(r: impl BufRead, file: &str) -> Result<Trace, TraceError> {
 
 // ---- replay -------------------------------------------------------------------------------
 
-/// Steps of a replay, for the progress bar: per trace file, reading it, then per cell each
-/// quire variant, `default`, `opt` and each peer.
-pub fn steps(args: &TraceArgs) -> u64 {
+/// Steps of a replay, for the progress bar: per trace file, reading it, then per size each
+/// variant `wants` asks for (`--variants`). A size a trace leaves out ([`resolve_cells`]) is
+/// known only once the trace is read: its steps are then taken out ([`run`]).
+pub fn steps(args: &TraceArgs, wants: &dyn Fn(&str) -> bool) -> u64 {
     let files = trace_files(&args.path).map_or(1, |f| f.len()) as u64;
     let cells = args.sizes.as_ref().map_or(1, |s| s.0.len()) as u64;
-    files * (1 + cells * (QUIRE.len() + 2 + PEERS.len()) as u64)
+    files * (1 + cells * variants_run(wants))
+}
+
+/// The replays of a cell: the quire variants, `default`, `opt` and the peers that `wants`
+/// asks for.
+fn variants_run(wants: &dyn Fn(&str) -> bool) -> u64 {
+    let quire = QUIRE.iter().filter(|v| wants(v.name)).count();
+    let own = ["default", "opt"].iter().filter(|v| wants(v)).count();
+    let peers = PEERS.iter().filter(|p| wants(p.name())).count();
+    (quire + own + peers) as u64
 }
 
 /// The replay's store: computed bytes ([`SyntheticStore`]) that counts every byte read
@@ -871,9 +1025,10 @@ fn mib(bytes: u64) -> String {
     format!("{:.2} MiB", bytes as f64 / (1 << 20) as f64)
 }
 
-/// The budget of a run without `--sizes`: `--budget`, or a quarter of the distinct pages; with
-/// why.
-fn default_budget(args: &TraceArgs, distinct: usize) -> anyhow::Result<(u64, String)> {
+/// The entries of a run without `--sizes`: `--budget` in pages, or a quarter of the distinct
+/// pages; with why. A budget above the trace's distinct pages (and [`MIN_ENTRIES`]) is
+/// clamped to them, as a size of `--sizes` is ([`resolve_cells`]).
+fn default_budget(args: &TraceArgs, distinct: u64) -> anyhow::Result<(u64, String)> {
     let page = PAGE as u64;
     Ok(match args.budget {
         Some(bytes) => {
@@ -883,25 +1038,33 @@ fn default_budget(args: &TraceArgs, distinct: usize) -> anyhow::Result<(u64, Str
                     mib(MIN_BUDGET)
                 );
             }
-            let b = bytes.div_ceil(page) * page;
-            let why = if b == bytes {
-                "--budget"
+            let entries = bytes.div_ceil(page);
+            let most = distinct.max(MIN_ENTRIES);
+            if entries > most {
+                (
+                    most,
+                    format!(
+                        "--budget, more than the trace's {distinct} distinct pages: clamped to \
+                         them (a larger cache holds the same)"
+                    ),
+                )
+            } else if entries * page == bytes {
+                (entries, "--budget".into())
             } else {
-                "--budget, rounded up to a page"
-            };
-            (b, why.to_string())
+                (entries, "--budget, rounded up to a page".into())
+            }
         }
         None => {
-            let quarter = (distinct as u64).div_ceil(4) * page;
-            if quarter >= MIN_BUDGET {
+            let quarter = distinct.div_ceil(4);
+            if quarter >= MIN_ENTRIES {
                 (quarter, "default: a quarter of the distinct pages".into())
             } else {
                 (
-                    MIN_BUDGET,
+                    MIN_ENTRIES,
                     format!(
                         "default: a quarter of the distinct pages ({}), raised to the \
                          smallest budget",
-                        mib(quarter)
+                        mib(quarter * page)
                     ),
                 )
             }
@@ -930,37 +1093,60 @@ pub fn run(b: &mut Bench, args: &TraceArgs) -> anyhow::Result<()> {
     for (path, name) in files.iter().zip(&names) {
         b.step(&format!("reading {}", path.display()));
         let trace = load(path, args.format)?;
-        // The cells: (size label, entries, why).
-        let mut cells: Vec<(String, u64, String)> = Vec::new();
+        let distinct = trace.distinct as u64;
+        // The cells: (size label, entries, why, entries asked where clamped).
+        let mut cells: Vec<(String, u64, String, Option<u64>)> = Vec::new();
         match &args.sizes {
             None => {
-                let (budget, why) = default_budget(args, trace.distinct)?;
-                cells.push(("budget".into(), budget / page, why));
+                let (entries, why) = default_budget(args, distinct)?;
+                cells.push(("budget".into(), entries, why, None));
             }
             Some(sizes) => {
-                for (label, size) in &sizes.0 {
-                    let entries = size.entries(trace.distinct);
-                    if entries < MIN_ENTRIES {
-                        b.note(format!(
-                            "{CASE} {name}: {label} is {entries} entries, under the smallest \
-                             cell ({MIN_ENTRIES} entries, {}): left out",
+                let (planned, left) = resolve_cells(sizes, distinct);
+                b.unplanned_steps(left.len() as u64 * variants_run(&|v| b.wants(v)));
+                for l in left {
+                    let why = match &l.same_as {
+                        None => format!(
+                            "under the smallest cell ({MIN_ENTRIES} entries, {})",
                             mib(MIN_BUDGET)
-                        ));
-                        b.trace_skipped(SkippedCell {
-                            trace: name.clone(),
-                            file: path.display().to_string(),
-                            size: label.clone(),
-                            capacity: entries,
-                        });
-                        continue;
-                    }
-                    cells.push((label.clone(), entries, format!("--sizes {label}")));
+                        ),
+                        Some(first) => format!("the same cell as {first}, replayed once"),
+                    };
+                    b.note(format!(
+                        "{CASE} {name}: {} is {} entries, {why}: left out",
+                        l.label, l.entries
+                    ));
+                    b.trace_skipped(SkippedCell {
+                        trace: name.clone(),
+                        file: path.display().to_string(),
+                        size: l.label,
+                        capacity: l.entries,
+                        same_as: l.same_as,
+                    });
+                }
+                for c in planned {
+                    let why = match c.clamped_from {
+                        None => format!("--sizes {}", c.label),
+                        Some(asked) => {
+                            b.note(format!(
+                                "{CASE} {name}: {} is {asked} entries, more than the trace's \
+                                 {distinct} distinct pages: clamped to them (a larger cache \
+                                 holds the same)",
+                                c.label
+                            ));
+                            format!(
+                                "--sizes {}, {asked} entries clamped to the distinct pages",
+                                c.label
+                            )
+                        }
+                    };
+                    cells.push((c.label, c.entries, why, c.clamped_from));
                 }
             }
         }
         let budgets: Vec<String> = cells
             .iter()
-            .map(|(_, e, why)| format!("{} = {e} pages ({why})", mib(e * page)))
+            .map(|(_, e, why, _)| format!("{} = {e} pages ({why})", mib(e.saturating_mul(page))))
             .collect();
         b.note(format!(
             "{CASE}: {} ({}): {} accesses of 4 KiB ({} requests) over {} distinct pages ({}); \
@@ -977,7 +1163,7 @@ pub fn run(b: &mut Bench, args: &TraceArgs) -> anyhow::Result<()> {
                 budgets.join(", ")
             },
         ));
-        for (label, entries, _) in cells {
+        for (label, entries, _, clamped_from) in cells {
             let case = if single {
                 CASE.to_string()
             } else {
@@ -991,7 +1177,8 @@ pub fn run(b: &mut Bench, args: &TraceArgs) -> anyhow::Result<()> {
                 capacity: entries,
                 share: entries as f64 / trace.distinct as f64,
                 accesses: trace.pages.len() as u64,
-                distinct: trace.distinct as u64,
+                distinct,
+                clamped_from,
             });
             replay_cell(b, args, &trace, &case, entries)?;
         }
@@ -1007,7 +1194,10 @@ fn replay_cell(
     case: &str,
     entries: u64,
 ) -> anyhow::Result<()> {
-    let budget = entries * PAGE as u64;
+    // At most the trace's distinct pages (`resolve_cells`, `default_budget`): 2^44 bytes.
+    let budget = entries
+        .checked_mul(PAGE as u64)
+        .ok_or_else(|| anyhow::anyhow!("{case}: {entries} entries overflow a budget in bytes"))?;
     let readahead = |mut cfg: CacheConfig| {
         if !args.readahead {
             cfg.readahead_max = 0;
@@ -1060,8 +1250,11 @@ fn replay_cell(
         } else {
             String::new()
         };
+        let speed = p
+            .timing_note()
+            .map_or_else(String::new, |n| format!(" ({n})"));
         b.note(format!(
-            "{case} / {}: hit ratio {:.4}{median}, {:.0} accesses/s",
+            "{case} / {}: hit ratio {:.4}{median}, {:.0} accesses/s{speed}",
             p.name(),
             o.hit_ratio,
             o.accesses_per_s
@@ -1250,20 +1443,152 @@ mod tests {
 
     #[test]
     fn sizes_parse_and_resolve() {
-        let s = parse_sizes("0.1%,1%, 40% ,4096,64M").unwrap();
+        let s = parse_sizes("0.1%,1%, 40% ,4096,64M,1.0%,.5%").unwrap();
         let labels: Vec<&str> = s.0.iter().map(|(l, _)| l.as_str()).collect();
-        assert_eq!(labels, ["0.1%", "1%", "40%", "4096", "64M"]);
-        assert_eq!(s.0[0].1, Size::Percent(0.1));
+        assert_eq!(labels, ["0.1%", "1%", "40%", "4096", "64M", "1.0%", ".5%"]);
+        assert_eq!(s.0[0].1, Size::Percent(100_000));
+        assert_eq!(s.0[1].1, Size::Percent(1_000_000));
         assert_eq!(s.0[3].1, Size::Entries(4096));
         assert_eq!(s.0[4].1, Size::Bytes(64 << 20));
-        // Percentages round down (as the tuning traces' table counts them).
+        assert_eq!(s.0[5].1, s.0[1].1);
+        assert_eq!(s.0[6].1, Size::Percent(500_000));
+        // Percentages round down, as the table of `../shared/traces/README.md` counts them
+        // (arc-P3 at 0.1%, cloudphysics-obj at 1%, lirs-cpp at 40%).
         assert_eq!(s.0[0].1.entries(762_543), 762);
         assert_eq!(s.0[1].1.entries(48_974), 489);
         assert_eq!(s.0[2].1.entries(1223), 489);
-        assert_eq!(Size::Percent(10.0).entries(1000), 100);
         assert_eq!(s.0[3].1.entries(10), 4096);
         assert_eq!(s.0[4].1.entries(10), 16384);
         assert_eq!(parse_sizes("100%").unwrap().0[0].1.entries(7), 7);
+        let p = |t: &str| parse_sizes(t).unwrap().0[0].1.clone();
+        assert_eq!(p("0.000001%"), Size::Percent(1));
+        assert_eq!(p("100.000000%"), Size::Percent(100 * PERCENT));
+        assert_eq!(p("18446744073709551615"), Size::Entries(u64::MAX));
+    }
+
+    #[test]
+    fn percentages_resolve_in_integers() {
+        // distinct × p / 100 in floating point lands just under the whole number for these:
+        // integers give the whole number.
+        let p = |t: &str| parse_sizes(t).unwrap().0[0].1.clone();
+        for (distinct, size, want) in [
+            (3_000_000_000, "0.7%", 21_000_000),
+            (3_000_000_000, "33.3%", 999_000_000),
+            (4_000_000_000, "8.2%", 328_000_000),
+            (u64::from(u32::MAX), "100%", u64::from(u32::MAX)),
+            (u64::from(u32::MAX), "0.000001%", 42),
+            (999, "0.1%", 0),
+            (1000, "0.1%", 1),
+        ] {
+            assert_eq!(p(size).entries(distinct), want, "{size} of {distinct}");
+        }
+    }
+
+    fn cells_of(sizes: &str, distinct: u64) -> (Vec<PlannedCell>, Vec<LeftOut>) {
+        resolve_cells(&parse_sizes(sizes).unwrap(), distinct)
+    }
+
+    #[test]
+    fn sizes_larger_than_the_trace_are_clamped_to_it() {
+        // Entries and bytes far beyond any trace, up to the largest a u64 holds: no overflow,
+        // and no cache sized by them.
+        let (cells, left) = cells_of("18446744073709551615,50%", 2000);
+        assert!(left.is_empty(), "{left:?}");
+        assert_eq!(
+            cells,
+            [
+                PlannedCell {
+                    label: "18446744073709551615".into(),
+                    entries: 2000,
+                    clamped_from: Some(u64::MAX),
+                },
+                PlannedCell {
+                    label: "50%".into(),
+                    entries: 1000,
+                    clamped_from: None,
+                },
+            ]
+        );
+        let (cells, _) = cells_of("16000000T", 5000);
+        assert_eq!(cells[0].entries, 5000);
+        assert_eq!(cells[0].clamped_from, Some((16_000_000u64 << 40) / 4096));
+    }
+
+    #[test]
+    fn sizes_of_the_same_entries_are_one_cell() {
+        // 4096 entries and 16 MiB; 1% and 1.0%; 1 GiB (clamped to the 100 000 pages of the
+        // trace) and 100%.
+        let (cells, left) = cells_of("4096,16M,1%,1.0%,100%,1G,0.1%", 100_000);
+        let kept: Vec<(&str, u64)> = cells
+            .iter()
+            .map(|c| (c.label.as_str(), c.entries))
+            .collect();
+        assert_eq!(kept, [("4096", 4096), ("1%", 1000), ("100%", 100_000)]);
+        let gone: Vec<(&str, u64, Option<&str>)> = left
+            .iter()
+            .map(|l| (l.label.as_str(), l.entries, l.same_as.as_deref()))
+            .collect();
+        assert_eq!(
+            gone,
+            [
+                ("16M", 4096, Some("4096")),
+                ("1.0%", 1000, Some("1%")),
+                ("1G", 100_000, Some("100%")),
+                ("0.1%", 100, None),
+            ]
+        );
+        assert_eq!(cells[2].clamped_from, None);
+        // Clamped first, then compared: 1G of a 2000-page trace is its 100%.
+        let (cells, left) = cells_of("1G,100%", 2000);
+        assert_eq!(cells.len(), 1);
+        assert_eq!(cells[0].clamped_from, Some(262_144));
+        assert_eq!(left[0].same_as.as_deref(), Some("1G"));
+        // A trace smaller than the smallest cell: every size left out as too small.
+        let (cells, left) = cells_of("100%,1G", 100);
+        assert!(cells.is_empty());
+        assert!(left.iter().all(|l| l.same_as.is_none() && l.entries == 100));
+    }
+
+    #[test]
+    fn budgets_beyond_the_trace_are_clamped() {
+        let args = |budget: Option<u64>| TraceArgs {
+            path: PathBuf::from("t.txt"),
+            format: None,
+            budget,
+            sizes: None,
+            readahead: false,
+        };
+        let (e, why) = default_budget(&args(Some(u64::MAX)), 2000).unwrap();
+        assert_eq!(e, 2000);
+        assert!(why.contains("clamped"), "{why}");
+        // Never below the smallest budget.
+        assert_eq!(
+            default_budget(&args(Some(1 << 40)), 10).unwrap().0,
+            MIN_ENTRIES
+        );
+        assert_eq!(
+            default_budget(&args(Some(2 << 20)), 2000).unwrap(),
+            (512, "--budget".to_string())
+        );
+        assert_eq!(default_budget(&args(None), 2000).unwrap().0, 500);
+    }
+
+    #[test]
+    fn progress_steps_count_only_what_runs() {
+        let args = TraceArgs {
+            path: PathBuf::from("/nonexistent/one.txt"),
+            format: None,
+            budget: None,
+            sizes: Some(parse_sizes("1%,10%,40%").unwrap()),
+            readahead: false,
+        };
+        // Reading the file, then 3 sizes × (exact-lru, opt).
+        let some = |v: &str| ["exact-lru", "opt", "nope"].contains(&v);
+        assert_eq!(steps(&args, &some), 1 + 3 * 2);
+        let all = QUIRE.len() as u64 + 2 + PEERS.len() as u64;
+        assert_eq!(steps(&args, &|_| true), 1 + 3 * all);
+        // Only a quire variant named as `default`: the one replay of `default`.
+        assert_eq!(steps(&args, &|v| v == "default"), 1 + 3);
     }
 
     #[test]
@@ -1274,11 +1599,18 @@ mod tests {
             ("1%,", "an empty size"),
             ("abc", "\"abc\" is not a size"),
             ("x%", "\"x%\" is not a percentage"),
+            ("%", "\"%\" is not a percentage"),
+            (".%", "\".%\" is not a percentage"),
+            ("1e1%", "\"1e1%\" is not a percentage"),
+            ("NaN%", "\"NaN%\" is not a percentage"),
+            ("-1%", "is not a percentage"),
             ("0%", "above 0% and at most 100%"),
-            ("-1%", "above 0% and at most 100%"),
+            ("0.0000001%", "at most 6 decimals"),
             ("150%", "above 0% and at most 100%"),
-            ("NaN%", "above 0% and at most 100%"),
+            ("100.000001%", "above 0% and at most 100%"),
+            ("99999999999999999999%", "above 0% and at most 100%"),
             ("0", "a cache of no entries"),
+            ("99999999999999999999", "too large a number of entries"),
             ("12X", "unknown unit"),
             ("1K", "less than one page"),
             ("1%,1%", "names 1% twice"),
@@ -1286,6 +1618,29 @@ mod tests {
             let e = parse_sizes(bad).unwrap_err();
             assert!(e.contains(says), "{bad:?}: {e}");
         }
+    }
+
+    #[test]
+    fn traces_that_expand_past_the_bound_are_refused() {
+        // 2049 records of a 4 GiB - 1 object: 2^20 pages each, 2^31 + 2^20 pages in all, from
+        // a file of 48 KiB.
+        let mut bytes = Vec::new();
+        for i in 0..2049u64 {
+            bytes.extend(record(i % 3, u32::MAX));
+        }
+        let e = oracle(&bytes).unwrap_err();
+        assert!(matches!(e, TraceError::TooManyAccesses { .. }), "{e}");
+        assert!(
+            e.to_string()
+                .starts_with("t.oracleGeneral: more than 2147483648"),
+            "{e}"
+        );
+        // The same accesses as csv rows.
+        let csv_rows: String = (0..2049)
+            .map(|i| format!("{},{}\n", i % 3, u32::MAX))
+            .collect();
+        let e = csv(&format!("obj_id,obj_size\n{csv_rows}")).unwrap_err();
+        assert!(matches!(e, TraceError::TooManyAccesses { .. }), "{e}");
     }
 
     #[test]
