@@ -18,6 +18,8 @@ use crate::stats::{Counters, Event};
 /// early when `stop()` turns true. Returns whether the free frames reached the high watermark.
 pub(crate) trait Balance: Send + Sync {
     fn kswapd_balance(&self, order: u32, stop: &dyn Fn() -> bool) -> bool;
+    /// Whether allocations would wake the thread now (free frames below the low watermark).
+    fn kswapd_wanted(&self) -> bool;
 }
 
 #[derive(Default)]
@@ -128,11 +130,36 @@ impl Kswapd {
 /// Rounds in a row that may free nothing before the thread waits to be woken again.
 const MAX_FAILURES: u32 = 4;
 
+/// How long the thread keeps looking after a round that balanced, before it sleeps: a reader
+/// missing all the time (a cold scan, a trace larger than the cache) takes a round's frames in
+/// about this long, and finding the free frames low again here saves the wake-up — the waker's
+/// lock and futex call, two thread switches — that would otherwise cost every round. It
+/// yields the CPU between looks, so a runnable thread is not kept waiting.
+const LINGER: Duration = Duration::from_micros(100);
+
+/// After a balanced round: whether allocations want another within [`LINGER`].
+fn linger(t: &dyn Balance, stopping: &dyn Fn() -> bool) -> bool {
+    let until = std::time::Instant::now() + LINGER;
+    loop {
+        if t.kswapd_wanted() {
+            return true;
+        }
+        if stopping() || std::time::Instant::now() >= until {
+            return false;
+        }
+        std::thread::yield_now();
+    }
+}
+
 fn run(shared: &Shared, target: &Weak<dyn Balance>) {
     let stopping = || shared.stopping.load(Ordering::Relaxed);
     let mut failures = 0u32;
+    // The last round balanced and allocations already wanted another: no sleep between.
+    let mut busy = false;
     loop {
-        let order = {
+        let order = if busy {
+            0
+        } else {
             let mut st = shared.state.lock().unwrap_or_else(|e| e.into_inner());
             let retry = failures > 0 && failures < MAX_FAILURES;
             if retry && !st.pending && !st.stop {
@@ -163,8 +190,10 @@ fn run(shared: &Shared, target: &Weak<dyn Balance>) {
             failures += 1;
             continue;
         };
+        busy = false;
         if t.kswapd_balance(order, &stopping) {
             failures = 0;
+            busy = linger(&*t, &stopping);
         } else {
             failures += 1;
         }
