@@ -1247,7 +1247,16 @@ fn replay_cell(
             continue;
         }
         b.step(&format!("{case} / {}", p.name()));
-        let o = peers::run(*p, &trace.pages, capacity);
+        let o = match peers::run(*p, &trace.pages, capacity) {
+            Ok(o) => o,
+            Err(why) => {
+                b.note(format!(
+                    "{case} / {}: the library panicked ({why}): no figure",
+                    p.name()
+                ));
+                continue;
+            }
+        };
         b.record(case, p.name(), 1, "hit_ratio", o.hit_ratio, "ratio");
         b.record(case, p.name(), 1, "accesses_per_s", o.accesses_per_s, "1/s");
         let median = if p.randomised() {
