@@ -43,7 +43,9 @@
 //! are above *high*; only an allocation that finds them below *min* (or finds nothing at all)
 //! reclaims in its own thread (direct reclaim, counted as `direct_reclaims`) — and while kswapd
 //! is at work it first waits a few milliseconds for kswapd's next rounds (the kernel's
-//! `throttle_direct_reclaim`). In steady state readers never reclaim inline.
+//! `throttle_direct_reclaim`). In steady state readers never reclaim inline. After a round
+//! that balanced, kswapd looks a little longer before it sleeps (the `kswapd` module), so that a
+//! stream of misses does not pay a wake-up per round.
 //!
 //! # The "before"s
 //!
