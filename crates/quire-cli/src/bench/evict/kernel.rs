@@ -106,15 +106,39 @@ impl Drop for Memcg {
     }
 }
 
-/// Runs `spec` in a child process and returns what it measured.
+/// Times a child killed by SIGKILL is run again before the case fails.
+const KILLED_RETRIES: u32 = 2;
+
+/// Runs `spec` in a child process and returns what it measured. A child the memory group's
+/// OOM killer ends (SIGKILL: with a limit of a few MiB, the kernel may find too little to
+/// reclaim at once while two readers have reads in flight) is run again, up to
+/// [`KILLED_RETRIES`] times, each said on standard error: its figures would have been the
+/// kernel's as much as a run that finishes.
 pub fn run(spec: &Spec) -> anyhow::Result<Outcome> {
+    use std::os::unix::process::ExitStatusExt;
     let exe = std::env::current_exe().context("finding the quire executable")?;
-    let out = Command::new(exe)
-        .arg("bench-child")
-        .arg("--spec")
-        .arg(serde_json::to_string(spec)?)
-        .output()
-        .context("starting the kernel-side benchmark child")?;
+    let mut tries = 0;
+    let out = loop {
+        let out = Command::new(&exe)
+            .arg("bench-child")
+            .arg("--spec")
+            .arg(serde_json::to_string(spec)?)
+            .output()
+            .context("starting the kernel-side benchmark child")?;
+        if out.status.signal() == Some(libc::SIGKILL) && tries < KILLED_RETRIES {
+            tries += 1;
+            // What the killed child read stays charged to the group: reclaim it, so that the
+            // next child's limit is measured from an empty group again.
+            let _ = std::fs::write(spec.cgroup.join("memory.force_empty"), "0");
+            eprintln!(
+                "evict: {} / kernel: the child was killed (the memory group's OOM killer); \
+                 running it again ({tries} of {KILLED_RETRIES})",
+                spec.case
+            );
+            continue;
+        }
+        break out;
+    };
     if !out.status.success() {
         bail!(
             "the kernel-side child failed ({}): {}",
