@@ -277,7 +277,65 @@ def section(suite, reports, about):
             lines += [chart, ""]
         if legend(e["report"]):
             lines += [legend(e["report"]), ""]
-        lines += [tables(e["report"], [suite], level=4).rstrip("\n"), ""]
+        if e["report"].get("trace"):
+            lines += trace_tables(e["report"]["trace"])
+        else:
+            lines += [tables(e["report"], [suite], level=4).rstrip("\n"), ""]
+    return lines
+
+
+def trace_tables(trace):
+    """A replay of several traces and sizes (`--trace DIR --sizes ...`): the summary against the
+    baseline per size, then one table of hit ratios per trace (a row per cell, a column per
+    variant), in place of the generic tables, which would list every cell's every metric."""
+    base = trace["baseline"]
+    lines = [f"#### Summary: mean miss-ratio reduction against `{base}`", "",
+             "Per size: each variant's mean over the traces that have a cell of that size of "
+             f"`(misses of {base} - misses of the variant) / misses of {base}`, its rank, and "
+             f"the cells where it misses more than `{base}` by over 1% and over 5%.", ""]
+    for s in trace["summary"]:
+        rows = s["rows"]
+        cells = max((r["cells"] for r in rows), default=0)
+        lines += [f"**{s['size']}** ({cells} cells)", "",
+                  "| rank | variant | mean reduction | cells worse by >1% | by >5% |",
+                  "|---:|---|---:|---:|---:|"]
+        for r in rows:
+            lines.append(f"| {r['rank']} | `{r['variant']}` | "
+                         f"{100 * r['mean_miss_ratio_reduction']:+.1f}% | "
+                         f"{r['worse_than_lru_1pct']} | {r['worse_than_lru_5pct']} |")
+        lines.append("")
+    by_trace = {}
+    for c in trace["cells"]:
+        by_trace.setdefault(c["trace"], []).append(c)
+    for name, cells in by_trace.items():
+        variants = [v["variant"] for v in cells[0]["variants"]]
+        lines += [f"#### `{name}`: hit ratio per cell", "",
+                  f"{cells[0]['accesses']:,} accesses over {cells[0]['distinct']:,} distinct pages.".replace(",", " "),
+                  "",
+                  "| size | entries | " + " | ".join(f"`{v}`" for v in variants) + " |",
+                  "|---|---:|" + "---:|" * len(variants)]
+        for c in cells:
+            ratio = {v["variant"]: v["hit_ratio"] for v in c["variants"]}
+            lines.append(f"| {c['size']} | {c['capacity']} | "
+                         + " | ".join(f"{ratio[v]:.4f}" if v in ratio else "–" for v in variants) + " |")
+        lines.append("")
+    speeds = {}
+    for c in trace["cells"]:
+        for v in c["variants"]:
+            if "accesses_per_s" in v:
+                speeds.setdefault(v["variant"], []).append(v["accesses_per_s"])
+    if speeds:
+        lines += ["#### Replay speed (accesses per second, one thread: lowest and highest over the cells)", "",
+                  "| variant | lowest | highest |", "|---|---:|---:|"]
+        for v, xs in speeds.items():
+            lines.append(f"| `{v}` | {min(xs) / 1e6:.2f} M | {max(xs) / 1e6:.2f} M |")
+        lines.append("")
+    if trace.get("skipped"):
+        def why(k):
+            return f"the same entries as {k['same_as']}" if k.get("same_as") else "under 256 entries"
+        left = "; ".join(f"{k['trace']} {k['size']} ({k['capacity']} entries: {why(k)})"
+                         for k in trace["skipped"])
+        lines += [f"Cells left out: {left}.", ""]
     return lines
 
 
