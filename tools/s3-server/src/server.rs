@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use anyhow::Context as _;
 use base64::Engine as _;
+use futures::StreamExt as _;
 use hyper_util::rt::TokioIo;
 use s3s::auth::SimpleAuth;
 use s3s::crypto::{Checksum as _, Md5};
@@ -583,15 +584,29 @@ impl S3 for QuireFs {
         // Fix 3: check and write under the key's write lock, so of two racing
         // create-only puts exactly one succeeds.
         let _guard = self.lock(&bucket, &key).write().await;
-        let exists = self.prepare_write(&bucket, &key).await?;
-        self.check_write_conditions(
-            &bucket,
-            &key,
-            exists,
-            if_match.as_ref(),
-            if_none_match.as_ref(),
-        )
-        .await?;
+        let checked = match self.prepare_write(&bucket, &key).await {
+            Ok(exists) => {
+                self.check_write_conditions(
+                    &bucket,
+                    &key,
+                    exists,
+                    if_match.as_ref(),
+                    if_none_match.as_ref(),
+                )
+                .await
+            }
+            Err(e) => Err(e),
+        };
+        if let Err(e) = checked {
+            // Read the body the client is still sending before answering: an HTTP/1.1 answer
+            // sent mid-body, and the connection closed behind it, reaches the client as a
+            // broken pipe on its write rather than as the error (412 for a create-only put
+            // that lost its race).
+            if let Some(mut body) = req.input.body.take() {
+                while let Some(Ok(_)) = body.next().await {}
+            }
+            return Err(e);
+        }
         self.inner.put_object(req).await
     }
 
