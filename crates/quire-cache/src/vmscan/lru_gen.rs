@@ -219,9 +219,10 @@ impl GenState {
     /// it is used again before reclaim reaches it (its tier or its claim then keeps it), and
     /// the residents that were used keep a generation's lead over it. On the real traces of
     /// the tuning set (`quire bench evict --trace`, no readahead) this took the mean miss-ratio
-    /// reduction against exact LRU from +5.1% to +6.4% at caches of 10% of the trace's pages
-    /// and from +8.0% to +8.8% at 40%, with the smaller caches unchanged and the `evict`
-    /// suite's zipf, loop, switch and scan cases within their run-to-run spread.
+    /// reduction against exact LRU from +5.1% to +6.2% at caches of 10% of the trace's pages
+    /// and from +7.6% to +8.8% at 40%, with no cell left more than 5% worse than exact LRU
+    /// (one at each size before), the 1% caches unchanged and the `evict` suite's zipf, loop,
+    /// switch and scan cases within their run-to-run spread.
     #[doc(alias = "lru_gen_add_folio")]
     pub(crate) fn gen_for_add(&self, folio: &Folio, loop_protection: bool) -> usize {
         let flags = folio.flags();
