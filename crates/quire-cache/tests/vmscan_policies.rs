@@ -10,76 +10,12 @@
 mod common;
 
 use std::str::FromStr;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 
-use quire::filemap::{CacheConfig, CachedFile, PageCache};
+use quire::filemap::{CacheConfig, PageCache};
 use quire::stats::Event;
-use quire::store::{MemStore, Result as StoreResult, Store};
 use quire::vmscan::{ReclaimPolicy, UnknownReclaimPolicy};
 
-use common::{lru_total, quiet_config, same, PAGE};
-
-/// A store that counts the pages read from it.
-struct Counting {
-    inner: MemStore,
-    pages: AtomicU64,
-}
-
-impl Store for Counting {
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> StoreResult<usize> {
-        let n = self.inner.read_at(offset, buf)?;
-        self.pages
-            .fetch_add(n.div_ceil(PAGE) as u64, Ordering::Relaxed);
-        Ok(n)
-    }
-    fn write_at(&self, offset: u64, buf: &[u8]) -> StoreResult<usize> {
-        self.inner.write_at(offset, buf)
-    }
-    fn sync(&self) -> StoreResult<()> {
-        self.inner.sync()
-    }
-    fn len(&self) -> StoreResult<u64> {
-        self.inner.len()
-    }
-    fn set_len(&self, len: u64) -> StoreResult<()> {
-        self.inner.set_len(len)
-    }
-}
-
-/// One file of `pages` pages, its bytes, and the pages read from its store.
-struct File {
-    f: CachedFile,
-    data: Vec<u8>,
-    store: Arc<Counting>,
-}
-
-impl File {
-    fn open(cache: &PageCache, pages: usize, seed: u8) -> File {
-        let data = common::pattern(pages * PAGE, seed);
-        let store = Arc::new(Counting {
-            inner: MemStore::from_vec(data.clone()),
-            pages: AtomicU64::new(0),
-        });
-        let f = cache.open(store.clone()).unwrap();
-        File { f, data, store }
-    }
-
-    /// Reads page `p` alone (one access, through a fresh handle) and checks its bytes.
-    #[track_caller]
-    fn read(&self, p: usize) {
-        let mut b = vec![0u8; PAGE];
-        self.f
-            .reopen()
-            .read_exact_at((p * PAGE) as u64, &mut b)
-            .unwrap();
-        same(&b, &self.data[p * PAGE..(p + 1) * PAGE], "page bytes");
-    }
-
-    fn misses(&self) -> u64 {
-        self.store.pages.load(Ordering::Relaxed)
-    }
-}
+use common::{lru_total, quiet_config, File, PAGE};
 
 /// The policy called `name`, order-0 folios, no readahead, synchronous reads, `frames` frames.
 fn config(name: &str, frames: usize) -> CacheConfig {

@@ -7,11 +7,12 @@
 
 #![allow(dead_code)]
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use quire::filemap::{CacheConfig, CachedFile, PageCache};
-use quire::store::{FaultyStore, MemStore};
+use quire::store::{FaultyStore, MemStore, Result as StoreResult, Store};
 
 /// The size of a page (a base folio) in bytes.
 pub const PAGE: usize = 4096;
@@ -250,5 +251,66 @@ pub struct StopOnDrop<'a>(pub &'a std::sync::atomic::AtomicBool);
 impl Drop for StopOnDrop<'_> {
     fn drop(&mut self) {
         self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// A store that counts the pages read from it.
+pub struct Counting {
+    pub inner: MemStore,
+    pub pages: AtomicU64,
+}
+
+impl Store for Counting {
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> StoreResult<usize> {
+        let n = self.inner.read_at(offset, buf)?;
+        self.pages
+            .fetch_add(n.div_ceil(PAGE) as u64, Ordering::Relaxed);
+        Ok(n)
+    }
+    fn write_at(&self, offset: u64, buf: &[u8]) -> StoreResult<usize> {
+        self.inner.write_at(offset, buf)
+    }
+    fn sync(&self) -> StoreResult<()> {
+        self.inner.sync()
+    }
+    fn len(&self) -> StoreResult<u64> {
+        self.inner.len()
+    }
+    fn set_len(&self, len: u64) -> StoreResult<()> {
+        self.inner.set_len(len)
+    }
+}
+
+/// One file of `pages` pages, its bytes, and the pages read from its store.
+pub struct File {
+    pub f: CachedFile,
+    pub data: Vec<u8>,
+    pub store: Arc<Counting>,
+}
+
+impl File {
+    pub fn open(cache: &PageCache, pages: usize, seed: u8) -> File {
+        let data = pattern(pages * PAGE, seed);
+        let store = Arc::new(Counting {
+            inner: MemStore::from_vec(data.clone()),
+            pages: AtomicU64::new(0),
+        });
+        let f = cache.open(store.clone()).unwrap();
+        File { f, data, store }
+    }
+
+    /// Reads page `p` alone (one access, through a fresh handle) and checks its bytes.
+    #[track_caller]
+    pub fn read(&self, p: usize) {
+        let mut b = vec![0u8; PAGE];
+        self.f
+            .reopen()
+            .read_exact_at((p * PAGE) as u64, &mut b)
+            .unwrap();
+        same(&b, &self.data[p * PAGE..(p + 1) * PAGE], "page bytes");
+    }
+
+    pub fn misses(&self) -> u64 {
+        self.store.pages.load(Ordering::Relaxed)
     }
 }
