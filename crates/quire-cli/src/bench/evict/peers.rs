@@ -61,7 +61,6 @@
 use std::num::NonZeroUsize;
 use std::time::Instant;
 
-use caches::Cache as _;
 use foyer_memory::{EvictionConfig, LfuConfig, LruConfig, S3FifoConfig, SieveConfig};
 
 /// One cache library, as the replay drives it.
@@ -90,8 +89,15 @@ pub(crate) const SEEDED_RUNS: usize = 3;
 /// Every peer, in the order the replay runs and the tables show them.
 pub(crate) const PEERS: &[&dyn Peer] = &[
     &ExactLru,
-    &Adaptive,
-    &TwoQ,
+    // ARC: `caches::AdaptiveCache`; 2Q: `caches::TwoQueueCache`, its default ratios.
+    &CachesCrate {
+        name: "arc",
+        new: |n| caches::AdaptiveCache::new(n).expect("a capacity of at least 1"),
+    },
+    &CachesCrate {
+        name: "2q",
+        new: |n| caches::TwoQueueCache::new(n).expect("a capacity of at least 1"),
+    },
     &Foyer {
         name: "s3-fifo",
         eviction: || S3FifoConfig::default().into(),
@@ -185,44 +191,21 @@ impl Peer for ExactLru {
     }
 }
 
-/// ARC: `caches::AdaptiveCache`.
-struct Adaptive;
-
-impl Peer for Adaptive {
-    fn name(&self) -> &'static str {
-        "arc"
-    }
-    fn randomised(&self) -> bool {
-        false
-    }
-    fn replay(&self, ids: &[u32], capacity: usize) -> u64 {
-        let mut c = caches::AdaptiveCache::<u32, ()>::new(capacity.max(1))
-            .expect("a capacity of at least 1");
-        let mut hits = 0;
-        for &id in ids {
-            if c.get(&id).is_some() {
-                hits += 1;
-            } else {
-                let _ = c.put(id, ());
-            }
-        }
-        hits
-    }
+/// A policy of the `caches` crate (ARC, 2Q), made by `new` for a capacity.
+struct CachesCrate<C> {
+    name: &'static str,
+    new: fn(usize) -> C,
 }
 
-/// 2Q: `caches::TwoQueueCache`.
-struct TwoQ;
-
-impl Peer for TwoQ {
+impl<C: caches::Cache<u32, ()>> Peer for CachesCrate<C> {
     fn name(&self) -> &'static str {
-        "2q"
+        self.name
     }
     fn randomised(&self) -> bool {
         false
     }
     fn replay(&self, ids: &[u32], capacity: usize) -> u64 {
-        let mut c = caches::TwoQueueCache::<u32, ()>::new(capacity.max(1))
-            .expect("a capacity of at least 1");
+        let mut c = (self.new)(capacity.max(1));
         let mut hits = 0;
         for &id in ids {
             if c.get(&id).is_some() {
