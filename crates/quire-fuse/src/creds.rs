@@ -23,7 +23,7 @@
 
 use std::fs;
 
-use fuser::Request;
+use crate::serve::Req;
 use rustix::io::Errno;
 use rustix::process::Gid;
 use rustix::thread::{CapabilitySet, CapabilitySets};
@@ -43,7 +43,7 @@ pub struct Caller {
 
 impl Caller {
     /// The caller of `req`, with its groups and capabilities from `/proc/PID/status`.
-    pub fn of(req: &Request) -> Caller {
+    pub fn of(req: &Req) -> Caller {
         Caller::read(req.uid(), req.gid(), req.pid())
     }
 

@@ -33,8 +33,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{
     Errno, FileAttr, FileHandle, FileType, FopenFlags, Generation, INodeNo, InitFlags,
-    KernelConfig, OpenAccMode, OpenFlags, RenameFlags, ReplyDirectory, ReplyDirectoryPlus, Request,
-    TimeOrNow,
+    KernelConfig, OpenAccMode, OpenFlags, RenameFlags, TimeOrNow,
 };
 use parking_lot::Mutex;
 use quire::dcache::{DcacheConfig, DentryRef, FileKind, Identity, RenameMode};
@@ -56,7 +55,10 @@ use crate::creds::{Caller, DaemonCreds};
 use crate::errno;
 use crate::files::{is_eof, FileData, Files, Opened};
 use crate::nodes::{Node, Nodes, ROOT_ID};
-use crate::serve::{AfterReply, Fuse, Open, ReadBuf, Res as R, Serve, SetAttr, Statfs, Xattr};
+use crate::serve::{
+    AfterReply, DirOut, DirPlusOut, Fuse, Open, ReadBuf, Req, Res as R, Serve, SetAttr, Statfs,
+    Xattr,
+};
 use crate::stats::{FsCounters, Op, STATS_XATTR};
 
 /// How a [`QuireFs`] is set up.
@@ -367,14 +369,7 @@ impl Serve for QuireFs {
         Ok(target.into_bytes())
     }
 
-    fn mknod(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        mode: u32,
-        rdev: u32,
-    ) -> R<FileAttr> {
+    fn mknod(&self, req: &Req, parent: INodeNo, name: &OsStr, mode: u32, rdev: u32) -> R<FileAttr> {
         let s = &self.state;
         s.counters.op(Op::Mknod);
         let (kind, keep) = match mode & libc::S_IFMT {
@@ -394,7 +389,7 @@ impl Serve for QuireFs {
         })
     }
 
-    fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32) -> R<FileAttr> {
+    fn mkdir(&self, req: &Req, parent: INodeNo, name: &OsStr, mode: u32) -> R<FileAttr> {
         let s = &self.state;
         s.counters.op(Op::Mkdir);
         let perm = Mode::from_raw_mode(mode & 0o7777);
@@ -437,7 +432,7 @@ impl Serve for QuireFs {
             .map_err(|e| errno::of_dcache(&e))
     }
 
-    fn symlink(&self, req: &Request, parent: INodeNo, name: &OsStr, target: &Path) -> R<FileAttr> {
+    fn symlink(&self, req: &Req, parent: INodeNo, name: &OsStr, target: &Path) -> R<FileAttr> {
         let s = &self.state;
         s.counters.op(Op::Symlink);
         let keep = Some(CapabilitySet::empty());
@@ -483,13 +478,7 @@ impl Serve for QuireFs {
         Ok(())
     }
 
-    fn link(
-        &self,
-        req: &Request,
-        ino: INodeNo,
-        newparent: INodeNo,
-        newname: &OsStr,
-    ) -> R<FileAttr> {
+    fn link(&self, req: &Req, ino: INodeNo, newparent: INodeNo, newname: &OsStr) -> R<FileAttr> {
         let s = &self.state;
         s.counters.op(Op::Link);
         let node = s.node(ino)?;
@@ -533,7 +522,7 @@ impl Serve for QuireFs {
 
     fn create(
         &self,
-        req: &Request,
+        req: &Req,
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
@@ -613,7 +602,7 @@ impl Serve for QuireFs {
 
     fn write(
         &self,
-        req: &Request,
+        req: &Req,
         _ino: INodeNo,
         fh: FileHandle,
         offset: u64,
@@ -663,13 +652,7 @@ impl Serve for QuireFs {
         self.state.opendir(ino)
     }
 
-    fn readdir(
-        &self,
-        ino: INodeNo,
-        fh: FileHandle,
-        offset: u64,
-        out: &mut ReplyDirectory,
-    ) -> R<()> {
+    fn readdir(&self, ino: INodeNo, fh: FileHandle, offset: u64, out: &mut dyn DirOut) -> R<()> {
         self.state.readdir(ino, fh, offset, out)
     }
 
@@ -678,7 +661,7 @@ impl Serve for QuireFs {
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
-        out: &mut ReplyDirectoryPlus,
+        out: &mut dyn DirPlusOut,
     ) -> R<()> {
         self.state.readdirplus(ino, fh, offset, out)
     }

@@ -18,14 +18,99 @@ use std::path::Path;
 use std::time::Duration;
 
 use fuser::{
-    Errno, FileAttr, FileHandle, FopenFlags, INodeNo, KernelConfig, OpenFlags, RenameFlags,
-    ReplyDirectory, ReplyDirectoryPlus, Request, TimeOrNow,
+    Errno, FileAttr, FileHandle, FileType, FopenFlags, Generation, INodeNo, KernelConfig,
+    OpenFlags, RenameFlags, ReplyDirectory, ReplyDirectoryPlus, TimeOrNow,
 };
 
 mod adapter;
 mod reader;
 
 pub use adapter::Fuse;
+
+/// Who sent a request: the calling thread's file-system ids and its thread id, as the kernel
+/// puts them in every request's header. The same on every channel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Req {
+    uid: u32,
+    gid: u32,
+    pid: u32,
+}
+
+impl Req {
+    /// A request from `uid`/`gid`, thread `pid`.
+    pub const fn new(uid: u32, gid: u32, pid: u32) -> Req {
+        Req { uid, gid, pid }
+    }
+
+    /// The caller's file-system user id.
+    #[inline]
+    pub const fn uid(&self) -> u32 {
+        self.uid
+    }
+
+    /// The caller's file-system group id.
+    #[inline]
+    pub const fn gid(&self) -> u32 {
+        self.gid
+    }
+
+    /// The calling thread's id (0 where the kernel has none to give).
+    #[inline]
+    pub const fn pid(&self) -> u32 {
+        self.pid
+    }
+}
+
+impl From<&fuser::Request> for Req {
+    #[inline]
+    fn from(r: &fuser::Request) -> Req {
+        Req::new(r.uid(), r.gid(), r.pid())
+    }
+}
+
+/// Where READDIR's entries go: the channel's reply buffer.
+pub trait DirOut {
+    /// Adds an entry; `offset` is where the next READDIR starts after it. `true`: the buffer is
+    /// full and the entry was not added.
+    fn add(&mut self, ino: INodeNo, offset: u64, kind: FileType, name: &OsStr) -> bool;
+}
+
+impl DirOut for ReplyDirectory {
+    #[inline]
+    fn add(&mut self, ino: INodeNo, offset: u64, kind: FileType, name: &OsStr) -> bool {
+        ReplyDirectory::add(self, ino, offset, kind, name)
+    }
+}
+
+/// Where READDIRPLUS's entries go: the channel's reply buffer.
+pub trait DirPlusOut {
+    /// Adds an entry with its attributes, valid for `ttl`; `true`: the buffer is full and the
+    /// entry was not added (and so does not count as a lookup).
+    fn add(
+        &mut self,
+        ino: INodeNo,
+        offset: u64,
+        name: &OsStr,
+        ttl: &Duration,
+        attr: &FileAttr,
+        generation: Generation,
+    ) -> bool;
+}
+
+impl DirPlusOut for ReplyDirectoryPlus {
+    #[inline]
+    fn add(
+        &mut self,
+        ino: INodeNo,
+        offset: u64,
+        name: &OsStr,
+        ttl: &Duration,
+        attr: &FileAttr,
+        generation: Generation,
+    ) -> bool {
+        ReplyDirectoryPlus::add(self, ino, offset, name, ttl, attr, generation)
+    }
+}
 
 /// `Ok`, or the `errno` the kernel is answered with.
 pub type Res<T> = Result<T, Errno>;
@@ -228,7 +313,7 @@ pub trait Serve: Send + Sync + 'static {
     /// applied), as the caller; one kernel lookup.
     fn mknod(
         &self,
-        req: &Request,
+        req: &Req,
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
@@ -238,7 +323,7 @@ pub trait Serve: Send + Sync + 'static {
     }
 
     /// MKDIR: makes directory `name` in `parent` as the caller; one kernel lookup.
-    fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32) -> Res<FileAttr> {
+    fn mkdir(&self, req: &Req, parent: INodeNo, name: &OsStr, mode: u32) -> Res<FileAttr> {
         Err(Errno::ENOSYS)
     }
 
@@ -254,13 +339,7 @@ pub trait Serve: Send + Sync + 'static {
 
     /// SYMLINK: makes a symbolic link `name` to `target` as the caller; one kernel lookup.
     /// fuser's default answer is `EPERM`.
-    fn symlink(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        target: &Path,
-    ) -> Res<FileAttr> {
+    fn symlink(&self, req: &Req, parent: INodeNo, name: &OsStr, target: &Path) -> Res<FileAttr> {
         Err(Errno::EPERM)
     }
 
@@ -278,13 +357,7 @@ pub trait Serve: Send + Sync + 'static {
 
     /// LINK: a new name `newname` in `newparent` for the file `ino`; one kernel lookup.
     /// fuser's default answer is `EPERM`.
-    fn link(
-        &self,
-        req: &Request,
-        ino: INodeNo,
-        newparent: INodeNo,
-        newname: &OsStr,
-    ) -> Res<FileAttr> {
+    fn link(&self, req: &Req, ino: INodeNo, newparent: INodeNo, newname: &OsStr) -> Res<FileAttr> {
         Err(Errno::EPERM)
     }
 
@@ -298,7 +371,7 @@ pub trait Serve: Send + Sync + 'static {
     /// `open(2)` had them, `O_EXCL` included); one kernel lookup.
     fn create(
         &self,
-        req: &Request,
+        req: &Req,
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
@@ -343,7 +416,7 @@ pub trait Serve: Send + Sync + 'static {
     /// work to do once that answer is sent.
     fn write(
         &self,
-        req: &Request,
+        req: &Req,
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
@@ -374,13 +447,7 @@ pub trait Serve: Send + Sync + 'static {
 
     /// READDIR: adds entries from `offset` on to `out` until it says it is full; each entry's
     /// offset is where the next call starts. The listing is sent when this returns `Ok`.
-    fn readdir(
-        &self,
-        ino: INodeNo,
-        fh: FileHandle,
-        offset: u64,
-        out: &mut ReplyDirectory,
-    ) -> Res<()> {
+    fn readdir(&self, ino: INodeNo, fh: FileHandle, offset: u64, out: &mut dyn DirOut) -> Res<()> {
         Err(Errno::ENOSYS)
     }
 
@@ -391,7 +458,7 @@ pub trait Serve: Send + Sync + 'static {
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
-        out: &mut ReplyDirectoryPlus,
+        out: &mut dyn DirPlusOut,
     ) -> Res<()> {
         Err(Errno::ENOSYS)
     }

@@ -14,12 +14,10 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
-use fuser::{
-    Errno, FileAttr, FileHandle, FileType, FopenFlags, INodeNo, OpenFlags, ReplyDirectory, Request,
-};
+use fuser::{Errno, FileAttr, FileHandle, FileType, FopenFlags, INodeNo, OpenFlags};
 use parking_lot::RwLock;
 
-use quire_fuse::serve::{Fuse, Open, ReadBuf, Res, Serve, SetAttr, Statfs};
+use quire_fuse::serve::{DirOut, Fuse, Open, ReadBuf, Req, Res, Serve, SetAttr, Statfs};
 
 struct ENode {
     kind: FileType,
@@ -157,7 +155,7 @@ impl Serve for Empty {
 
     fn create(
         &self,
-        _req: &Request,
+        _req: &Req,
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
@@ -212,7 +210,7 @@ impl Serve for Empty {
 
     fn write(
         &self,
-        _req: &Request,
+        _req: &Req,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
@@ -250,13 +248,7 @@ impl Serve for Empty {
         })
     }
 
-    fn readdir(
-        &self,
-        ino: INodeNo,
-        _fh: FileHandle,
-        offset: u64,
-        out: &mut ReplyDirectory,
-    ) -> Res<()> {
+    fn readdir(&self, ino: INodeNo, _fh: FileHandle, offset: u64, out: &mut dyn DirOut) -> Res<()> {
         let nodes = self.nodes.read();
         let d = nodes
             .get((ino.0 as usize).wrapping_sub(1))

@@ -21,8 +21,7 @@ use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
 use fuser::{
-    Errno, FileAttr, FileHandle, FileType, FopenFlags, INodeNo, KernelConfig, OpenFlags,
-    ReplyDirectory, Request, TimeOrNow,
+    Errno, FileAttr, FileHandle, FileType, FopenFlags, INodeNo, KernelConfig, OpenFlags, TimeOrNow,
 };
 use parking_lot::Mutex;
 use rustix::fs::{AtFlags, Mode, OFlags, StatxFlags, CWD};
@@ -30,7 +29,7 @@ use rustix::fs::{AtFlags, Mode, OFlags, StatxFlags, CWD};
 use quire_fuse::errno::of_sys;
 // The passthrough's nodes get the same attributes as `quire mount`'s.
 use quire_fuse::fs::{attr_of as attr, statx_fd};
-use quire_fuse::serve::{Fuse, Open, ReadBuf, Res, Serve, SetAttr, Statfs};
+use quire_fuse::serve::{DirOut, Fuse, Open, ReadBuf, Req, Res, Serve, SetAttr, Statfs};
 
 /// A directory's entries: name, inode number, type.
 type Listing = Vec<(Vec<u8>, u64, FileType)>;
@@ -284,7 +283,7 @@ impl Serve for Passthrough {
         Ok(attr(ino.0, &st))
     }
 
-    fn mkdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, mode: u32) -> Res<FileAttr> {
+    fn mkdir(&self, _req: &Req, parent: INodeNo, name: &OsStr, mode: u32) -> Res<FileAttr> {
         let p = self.node(parent)?;
         let mode = Mode::from_raw_mode(mode & 0o7777);
         rustix::fs::mkdirat(p.dir()?, name, mode).map_err(of_sys)?;
@@ -306,7 +305,7 @@ impl Serve for Passthrough {
 
     fn create(
         &self,
-        _req: &Request,
+        _req: &Req,
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
@@ -349,7 +348,7 @@ impl Serve for Passthrough {
 
     fn write(
         &self,
-        _req: &Request,
+        _req: &Req,
         _ino: INodeNo,
         fh: FileHandle,
         offset: u64,
@@ -409,13 +408,7 @@ impl Serve for Passthrough {
         })
     }
 
-    fn readdir(
-        &self,
-        _ino: INodeNo,
-        fh: FileHandle,
-        offset: u64,
-        out: &mut ReplyDirectory,
-    ) -> Res<()> {
+    fn readdir(&self, _ino: INodeNo, fh: FileHandle, offset: u64, out: &mut dyn DirOut) -> Res<()> {
         let d = self.dirs.lock().get(&fh.0).cloned().ok_or(Errno::EBADF)?;
         for (i, (name, ino, k)) in d.iter().enumerate().skip(offset as usize) {
             let ino = INodeNo(self.id(*ino));

@@ -41,7 +41,7 @@ impl FsState {
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
-        out: &mut ReplyDirectory,
+        out: &mut dyn DirOut,
     ) -> R<()> {
         let s = self;
         s.counters.op(Op::Readdir);
@@ -60,7 +60,7 @@ impl FsState {
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
-        out: &mut ReplyDirectoryPlus,
+        out: &mut dyn DirPlusOut,
     ) -> R<()> {
         let s = self;
         s.counters.op(Op::Readdirplus);

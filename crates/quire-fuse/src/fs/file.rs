@@ -78,7 +78,7 @@ impl FsState {
 
     pub(super) fn write(
         &self,
-        req: &Request,
+        req: &Req,
         fh: FileHandle,
         offset: u64,
         data: &[u8],
@@ -121,7 +121,7 @@ impl FsState {
     /// what the kernel's `file_remove_privs` does for a write (`setattr_should_drop_suidgid`),
     /// and does not do for a FUSE file opened for direct I/O.
     #[doc(alias = "file_remove_privs")]
-    pub(super) fn kill_privs(&self, req: &Request, file: &FileData) -> R<()> {
+    pub(super) fn kill_privs(&self, req: &Req, file: &FileData) -> R<()> {
         let caller = Caller::of(req);
         if caller.capable(CapabilitySet::FSETID) {
             return Ok(());

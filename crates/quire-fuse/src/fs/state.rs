@@ -247,7 +247,7 @@ impl FsState {
     /// `keep` those the caller holds.
     pub(super) fn as_caller<T>(
         &self,
-        req: &Request,
+        req: &Req,
         keep: CapabilitySet,
         f: impl FnOnce() -> rustix::io::Result<T>,
     ) -> rustix::io::Result<T> {
@@ -316,7 +316,7 @@ impl FsState {
     /// is the caller's; without, as the daemon (a hard link makes no new file).
     pub(super) fn make(
         &self,
-        req: &Request,
+        req: &Req,
         parent: INodeNo,
         name: &OsStr,
         as_caller: Option<CapabilitySet>,

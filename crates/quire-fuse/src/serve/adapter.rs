@@ -15,7 +15,7 @@ use fuser::{
     ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
-use super::{AfterReply, Deferred, Open, ReadBuf, Res, Serve, SetAttr, Xattr};
+use super::{AfterReply, Deferred, Open, ReadBuf, Req, Res, Serve, SetAttr, Xattr};
 
 thread_local! {
     /// Each FUSE thread's read buffer (up to the largest read the kernel sends).
@@ -227,7 +227,10 @@ impl<S: Serve> Filesystem for Fuse<S> {
         rdev: u32,
         reply: ReplyEntry,
     ) {
-        self.entry(reply, self.fs.mknod(req, parent, name, mode, rdev));
+        self.entry(
+            reply,
+            self.fs.mknod(&Req::from(req), parent, name, mode, rdev),
+        );
     }
 
     fn mkdir(
@@ -239,7 +242,7 @@ impl<S: Serve> Filesystem for Fuse<S> {
         _umask: u32,
         reply: ReplyEntry,
     ) {
-        self.entry(reply, self.fs.mkdir(req, parent, name, mode));
+        self.entry(reply, self.fs.mkdir(&Req::from(req), parent, name, mode));
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -258,7 +261,10 @@ impl<S: Serve> Filesystem for Fuse<S> {
         target: &Path,
         reply: ReplyEntry,
     ) {
-        self.entry(reply, self.fs.symlink(req, parent, link_name, target));
+        self.entry(
+            reply,
+            self.fs.symlink(&Req::from(req), parent, link_name, target),
+        );
     }
 
     fn rename(
@@ -283,7 +289,10 @@ impl<S: Serve> Filesystem for Fuse<S> {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        self.entry(reply, self.fs.link(req, ino, newparent, newname));
+        self.entry(
+            reply,
+            self.fs.link(&Req::from(req), ino, newparent, newname),
+        );
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
@@ -300,7 +309,7 @@ impl<S: Serve> Filesystem for Fuse<S> {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        let r = self.fs.create(req, parent, name, mode, flags);
+        let r = self.fs.create(&Req::from(req), parent, name, mode, flags);
         self.answer(reply, r, |r, (attr, o)| {
             r.created(&self.fs.ttl(), &attr, Generation(0), o.fh, o.flags)
         });
@@ -350,7 +359,7 @@ impl<S: Serve> Filesystem for Fuse<S> {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        let r = self.fs.write(req, ino, fh, offset, data);
+        let r = self.fs.write(&Req::from(req), ino, fh, offset, data);
         self.answer(reply, r, |r, (n, after)| {
             r.written(n);
             after.run();

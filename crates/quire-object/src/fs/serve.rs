@@ -5,11 +5,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use fuser::{
-    Errno, FileAttr, FileHandle, FopenFlags, INodeNo, OpenFlags, RenameFlags, ReplyDirectory,
-    Request,
-};
-use quire_fuse::serve::{Open, ReadBuf, Res, Serve, SetAttr, Statfs, Xattr};
+use fuser::{Errno, FileAttr, FileHandle, FopenFlags, INodeNo, OpenFlags, RenameFlags};
+use quire_fuse::serve::{DirOut, Open, ReadBuf, Req, Res, Serve, SetAttr, Statfs, Xattr};
 
 use super::nodes::Kind;
 use super::remote::Found;
@@ -113,7 +110,7 @@ impl Serve for ObjectFs {
 
     fn mknod(
         &self,
-        _req: &Request,
+        _req: &Req,
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
@@ -138,7 +135,7 @@ impl Serve for ObjectFs {
         ))
     }
 
-    fn mkdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, _mode: u32) -> Res<FileAttr> {
+    fn mkdir(&self, _req: &Req, parent: INodeNo, name: &OsStr, _mode: u32) -> Res<FileAttr> {
         let path = self.child_path(parent, name)?;
         if self.probe(&path)?.is_some() {
             return Err(Errno::EEXIST);
@@ -264,7 +261,7 @@ impl Serve for ObjectFs {
 
     fn create(
         &self,
-        _req: &Request,
+        _req: &Req,
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
@@ -331,7 +328,7 @@ impl Serve for ObjectFs {
 
     fn write(
         &self,
-        _req: &Request,
+        _req: &Req,
         _ino: INodeNo,
         fh: FileHandle,
         offset: u64,
@@ -397,16 +394,10 @@ impl Serve for ObjectFs {
         })
     }
 
-    fn readdir(
-        &self,
-        _ino: INodeNo,
-        fh: FileHandle,
-        offset: u64,
-        out: &mut ReplyDirectory,
-    ) -> Res<()> {
+    fn readdir(&self, _ino: INodeNo, fh: FileHandle, offset: u64, out: &mut dyn DirOut) -> Res<()> {
         let d = self.dirs.lock().get(&fh.0).cloned().ok_or(Errno::EBADF)?;
         for (i, (name, kind, ino)) in d.iter().enumerate().skip(offset as usize) {
-            if out.add(INodeNo(*ino), i as u64 + 1, *kind, name) {
+            if out.add(INodeNo(*ino), i as u64 + 1, *kind, name.as_ref()) {
                 break;
             }
         }
