@@ -143,6 +143,18 @@ enum Command {
         /// device nodes can be made, listed, renamed and removed, but not opened).
         #[arg(long)]
         dev: bool,
+        /// How requests reach the daemon: `uring` (FUSE over io_uring: one ring per CPU, a reply
+        /// and the next request in one submission), `classic` (read and write on /dev/fuse), or
+        /// `auto`: io_uring where the kernel offers it (Linux 6.14+, its module parameter
+        /// enable_uring on), else classic. `quire stat` and the log say which, and why.
+        /// Default: auto, or the environment's QUIRE_FUSE_CHANNEL.
+        #[arg(long, value_name = "CHANNEL")]
+        channel: Option<quire_fuse::ChannelChoice>,
+        /// As root: turn the kernel's FUSE over io_uring on
+        /// (/sys/module/fuse/parameters/enable_uring) if it is off, and say so. A system
+        /// setting is never changed without this.
+        #[arg(long)]
+        fuse_uring: bool,
         /// Which file system to serve (the others are the `fuse` benchmark's comparisons).
         #[arg(long, value_enum, default_value = "quire", hide = true)]
         kind: mount::Kind,
@@ -235,6 +247,8 @@ fn main() -> anyhow::Result<()> {
             foreground,
             allow_other,
             dev,
+            channel,
+            fuse_uring,
             kind,
             staging,
             retry_timeout,
@@ -248,6 +262,8 @@ fn main() -> anyhow::Result<()> {
             foreground,
             allow_other,
             dev,
+            channel,
+            fuse_uring,
             kind,
             staging,
             retry_timeout,

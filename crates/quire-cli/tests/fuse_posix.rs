@@ -619,12 +619,19 @@ fn a_directory_swapped_for_a_symlink_never_leads_the_daemon_outside() {
     // RESOLVE_NO_SYMLINKS and every call is made relative to that descriptor, so whatever
     // reaches `outside` was done by the daemon.
     use rustix::fs::{self as f, AtFlags, Mode, OFlags, ResolveFlags};
-    let mroot = f::open(&m.mnt, OFlags::PATH | OFlags::DIRECTORY, Mode::empty()).unwrap();
+    // Close-on-exec: the other tests of this file fork children (as other users) meanwhile,
+    // and a descriptor of the mount they inherited would keep it busy at the unmount below.
+    let mroot = f::open(
+        &m.mnt,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .unwrap();
     while t0.elapsed() < Duration::from_secs(3) {
         let Ok(d) = f::openat2(
             &mroot,
             "d",
-            OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
             Mode::empty(),
             ResolveFlags::NO_SYMLINKS | ResolveFlags::BENEATH,
         ) else {

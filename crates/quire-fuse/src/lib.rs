@@ -12,7 +12,8 @@
 //!   the kernel's count), testable without FUSE.
 //! - [`files`]: one quire mapping per backing file, its handles, and revalidation against
 //!   changes made behind the mount.
-//! - [`mount`]: mounting, serving until unmounted or signalled, unmounting.
+//! - [`mount`]: mounting, choosing the channel (FUSE over io_uring where the kernel offers
+//!   it, else the classic `/dev/fuse`), serving until unmounted or signalled, unmounting.
 //! - [`stats`]: the counters `quire stat` reads.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
@@ -24,9 +25,10 @@ pub mod files;
 pub mod fs;
 pub mod mount;
 pub mod nodes;
+mod ring;
 pub mod serve;
 pub mod stats;
 
 pub use fs::{FsConfig, FsState, QuireFs};
-pub use mount::{probe_max_file_size, MountOptions};
+pub use mount::{probe_max_file_size, ChannelChoice, MountOptions};
 pub use serve::{Fuse, Serve};

@@ -5,7 +5,38 @@
 use std::io;
 use std::path::Path;
 
-use fuser::{Config, Filesystem, MountOption, SessionACL};
+use std::sync::Arc;
+
+use fuser::{Config, MountOption, SessionACL};
+
+use crate::serve::{Fuse, Serve};
+
+/// The kernel's switch for FUSE over io_uring (root may set it).
+const ENABLE_URING: &str = "/sys/module/fuse/parameters/enable_uring";
+
+/// Which channel the kernel's requests come through.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChannelChoice {
+    /// io_uring where the kernel offers it, else the classic channel (and the reason is shown).
+    Auto,
+    /// The classic `/dev/fuse` reads and writes.
+    Classic,
+    /// io_uring or no mount.
+    Uring,
+}
+
+impl std::str::FromStr for ChannelChoice {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<ChannelChoice, String> {
+        match s {
+            "auto" => Ok(ChannelChoice::Auto),
+            "classic" => Ok(ChannelChoice::Classic),
+            "uring" | "io_uring" => Ok(ChannelChoice::Uring),
+            _ => Err(format!("unknown FUSE channel {s:?} (auto, classic, uring)")),
+        }
+    }
+}
 
 /// How a file system is mounted.
 #[derive(Clone, Debug)]
@@ -22,6 +53,14 @@ pub struct MountOptions {
     pub fsname: String,
     /// The subtype (`fuse.SUBTYPE` in `/proc/mounts`).
     pub subtype: String,
+    /// The channel: [`ChannelChoice::Auto`] unless `QUIRE_FUSE_CHANNEL` says otherwise;
+    /// `QUIRE_REQUIRE_FUSE_URING=1` makes it [`ChannelChoice::Uring`].
+    pub channel: ChannelChoice,
+    /// Turn the kernel's `enable_uring` switch on if it is off (root only; said on stderr).
+    pub enable_uring: bool,
+    /// Entries per io_uring queue: requests one CPU's queue holds at once (each with a payload
+    /// buffer of the largest request, 1 MiB).
+    pub ring_entries: usize,
 }
 
 impl MountOptions {
@@ -35,6 +74,16 @@ impl MountOptions {
             dev: false,
             fsname: fsname.into(),
             subtype: "quire".into(),
+            channel: if std::env::var("QUIRE_REQUIRE_FUSE_URING").is_ok_and(|v| v == "1") {
+                ChannelChoice::Uring
+            } else {
+                std::env::var("QUIRE_FUSE_CHANNEL")
+                    .ok()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(ChannelChoice::Auto)
+            },
+            enable_uring: false,
+            ring_entries: 4,
         }
     }
 
@@ -123,8 +172,8 @@ pub fn block_stop_signals() -> io::Result<()> {
 /// so the daemon serves what is still open and exits when the last user goes). `ready` runs
 /// once the mount is in place. The stop signals must have been blocked with
 /// [`block_stop_signals`] before any thread was started.
-pub fn serve<FS: Filesystem>(
-    fs: FS,
+pub fn serve<S: Serve>(
+    fs: Fuse<S>,
     mountpoint: &Path,
     opts: &MountOptions,
     on_stop: impl FnOnce() + Send + 'static,
@@ -136,7 +185,44 @@ pub fn serve<FS: Filesystem>(
     rustix::process::umask(rustix::fs::Mode::empty());
     block_stop_signals()?;
     let set = stop_signals();
-    let mut session = fuser::Session::new(fs, mountpoint, &opts.fuser_config())?;
+    let choice = choose_channel(opts);
+    if let Err(why) = &choice {
+        if opts.channel == ChannelChoice::Uring {
+            return Err(io::Error::other(format!("no io_uring channel: {why}")));
+        }
+    }
+    let slot = fs.ring_slot();
+    match choice {
+        Ok(why) => slot.arm(crate::serve::adapter::RingWant {
+            entries: opts.ring_entries.max(1),
+            required: opts.channel == ChannelChoice::Uring,
+            why,
+        }),
+        Err(why) => channel_chosen(crate::stats::Channel {
+            why,
+            ..Default::default()
+        }),
+    }
+    // fuser mounts and answers INIT here; the ring's queues (started at INIT) wait for the
+    // session's descriptor.
+    let session = fuser::Session::new(fs, mountpoint, &opts.fuser_config());
+    let mut session = match session {
+        Ok(s) => s,
+        Err(e) => {
+            slot.fuse.set(None);
+            return Err(e);
+        }
+    };
+    {
+        use std::os::fd::AsFd;
+        match session.as_fd().try_clone_to_owned() {
+            Ok(fd) => slot.fuse.set(Some(Arc::new(fd))),
+            Err(e) => {
+                slot.fuse.set(None);
+                return Err(e);
+            }
+        }
+    }
     let mut unmounter = session.unmount_callable();
     let mnt = mountpoint.to_path_buf();
     std::thread::Builder::new()
@@ -156,6 +242,72 @@ pub fn serve<FS: Filesystem>(
         })?;
     ready();
     session.run()
+}
+
+/// Whether to ask for FUSE over io_uring: `Ok(why)`, or `Err(why not)`.
+fn choose_channel(opts: &MountOptions) -> Result<String, String> {
+    if opts.channel == ChannelChoice::Classic {
+        return Err("asked for (--channel classic or QUIRE_FUSE_CHANNEL=classic)".into());
+    }
+    let on = match std::fs::read_to_string(ENABLE_URING) {
+        Ok(v) => v.trim() == "Y" || v.trim() == "1",
+        Err(_) => {
+            return Err(format!(
+                "the kernel has no FUSE over io_uring ({ENABLE_URING} is missing: \
+                 Linux 6.14+ with CONFIG_FUSE_IO_URING)"
+            ))
+        }
+    };
+    let mut why = "the kernel offers it (enable_uring is on)".to_string();
+    if !on {
+        if !opts.enable_uring {
+            return Err(format!(
+                "{ENABLE_URING} is off (as root, --fuse-uring turns it on)"
+            ));
+        }
+        std::fs::write(ENABLE_URING, "Y")
+            .map_err(|e| format!("{ENABLE_URING} is off and could not be turned on: {e}"))?;
+        eprintln!("quire: turned FUSE over io_uring on: wrote Y to {ENABLE_URING} (--fuse-uring)");
+        why = format!("--fuse-uring turned {ENABLE_URING} on");
+    }
+    crate::ring::probe().map_err(|e| format!("io_uring is refused here: {e}"))?;
+    Ok(why)
+}
+
+/// Records and logs the mount's channel.
+pub(crate) fn channel_chosen(c: crate::stats::Channel) {
+    eprintln!("quire: FUSE channel: {c}");
+    crate::stats::set_channel(c);
+}
+
+/// Watches the rings' registration: if the kernel refuses an entry it serves everything
+/// through `/dev/fuse` (the classic threads are there), and that is recorded; if io_uring was
+/// required, the daemon ends instead, which unmounts with an error for its users.
+pub(crate) fn watch_ring(shared: Arc<crate::ring::Shared>, total: usize, required: bool) {
+    let _ = std::thread::Builder::new()
+        .name("quire-ring-watch".into())
+        .spawn(move || {
+            use std::sync::atomic::Ordering::Relaxed;
+            let start = std::time::Instant::now();
+            while start.elapsed() < std::time::Duration::from_secs(15) {
+                if shared.refused.load(Relaxed) > 0 {
+                    let why = shared.why.lock().clone().unwrap_or_default();
+                    let mut c = crate::stats::channel().unwrap_or_default();
+                    c.uring = false;
+                    c.why = format!("the kernel refused the rings ({why})");
+                    channel_chosen(c);
+                    if required {
+                        eprintln!("quire: io_uring was required (QUIRE_REQUIRE_FUSE_URING=1 or --channel uring): stopping");
+                        std::process::exit(1);
+                    }
+                    return;
+                }
+                if shared.registered.load(Relaxed) >= total {
+                    return;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+        });
 }
 
 /// The largest file length the file system of `dir` accepts, found by cutting an unnamed

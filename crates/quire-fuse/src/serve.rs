@@ -22,7 +22,7 @@ use fuser::{
     OpenFlags, RenameFlags, ReplyDirectory, ReplyDirectoryPlus, TimeOrNow,
 };
 
-mod adapter;
+pub(crate) mod adapter;
 mod reader;
 
 pub use adapter::Fuse;
@@ -223,16 +223,39 @@ pub enum Xattr {
     NoValue(Errno),
 }
 
-/// A read's destination: the serving thread's buffer, lent to [`Serve::read`] for one request.
-/// A thread's buffer grows to the largest read it has served and stays, so that reads allocate
-/// nothing.
+/// A read's destination, lent to [`Serve::read`] for one request: the serving thread's buffer
+/// (classic channel: it grows to the largest read it has served and stays, so that reads
+/// allocate nothing), or the reply's own buffer (io_uring channel: the bytes read go straight
+/// where the kernel copies the reply from).
 #[derive(Debug)]
 pub struct ReadBuf<'a> {
-    buf: &'a mut Vec<u8>,
+    buf: Dest<'a>,
     size: usize,
 }
 
+#[derive(Debug)]
+enum Dest<'a> {
+    Grow(&'a mut Vec<u8>),
+    Fixed(&'a mut [u8]),
+}
+
 impl<'a> ReadBuf<'a> {
+    /// A destination of exactly `buf.len()` bytes.
+    pub fn fixed(buf: &'a mut [u8]) -> ReadBuf<'a> {
+        ReadBuf {
+            size: buf.len(),
+            buf: Dest::Fixed(buf),
+        }
+    }
+
+    /// `size` bytes of `buf`, grown (zero-filled) if it is shorter.
+    pub(crate) fn grow(buf: &'a mut Vec<u8>, size: usize) -> ReadBuf<'a> {
+        ReadBuf {
+            buf: Dest::Grow(buf),
+            size,
+        }
+    }
+
     /// How many bytes the kernel asked for.
     pub fn size(&self) -> usize {
         self.size
@@ -240,10 +263,15 @@ impl<'a> ReadBuf<'a> {
 
     /// The buffer, [`size`](Self::size) bytes long (zero-filled where it had to grow).
     pub fn take(self) -> &'a mut [u8] {
-        if self.buf.len() < self.size {
-            self.buf.resize(self.size, 0);
+        match self.buf {
+            Dest::Grow(buf) => {
+                if buf.len() < self.size {
+                    buf.resize(self.size, 0);
+                }
+                &mut buf[..self.size]
+            }
+            Dest::Fixed(buf) => buf,
         }
-        &mut self.buf[..self.size]
     }
 }
 

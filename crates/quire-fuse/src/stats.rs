@@ -9,6 +9,61 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// `listxattr`, so copies of the tree do not carry it).
 pub const STATS_XATTR: &str = "user.quire.stats";
 
+/// Which channel the mount's requests come through, and why: set once at mount (and again if
+/// the kernel refuses the rings), shown by `quire stat`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Channel {
+    /// FUSE over io_uring (`false`: the classic `/dev/fuse` reads and writes).
+    pub uring: bool,
+    /// Queues (one per possible CPU) and entries in each, with io_uring.
+    pub queues: usize,
+    /// Entries per queue.
+    pub entries: usize,
+    /// Bytes of the entries' request and reply buffers.
+    pub buffer_bytes: u64,
+    /// Why this channel (what was asked, what the kernel offered or refused).
+    pub why: String,
+}
+
+static CHANNEL: parking_lot::Mutex<Option<Channel>> = parking_lot::Mutex::new(None);
+
+/// Counts the requests served through the rings.
+type RingCounter = std::sync::Arc<dyn Fn() -> u64 + Send + Sync>;
+
+static RING_SERVED: parking_lot::Mutex<Option<RingCounter>> = parking_lot::Mutex::new(None);
+
+/// Where the count of requests served through the rings is read.
+pub(crate) fn set_ring_counter(f: RingCounter) {
+    *RING_SERVED.lock() = Some(f);
+}
+
+/// Records the mount's channel.
+pub fn set_channel(c: Channel) {
+    *CHANNEL.lock() = Some(c);
+}
+
+/// The mount's channel, once chosen.
+pub fn channel() -> Option<Channel> {
+    CHANNEL.lock().clone()
+}
+
+impl std::fmt::Display for Channel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.uring {
+            write!(
+                f,
+                "io_uring ({} queues x {} entries, {} KiB of buffers): {}",
+                self.queues,
+                self.entries,
+                self.buffer_bytes >> 10,
+                self.why
+            )
+        } else {
+            write!(f, "classic /dev/fuse: {}", self.why)
+        }
+    }
+}
+
 /// FUSE operations counted one by one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(usize)]
@@ -123,6 +178,13 @@ impl FsCounters {
             "fuse_bytes_written {}",
             self.bytes_written.load(Ordering::Relaxed)
         );
+        if let Some(c) = channel() {
+            let _ = writeln!(out, "fuse_uring {}", u8::from(c.uring));
+            let _ = writeln!(out, "fuse_ring_buffer_bytes {}", c.buffer_bytes);
+            let served = RING_SERVED.lock().clone();
+            let _ = writeln!(out, "fuse_ring_requests {}", served.map_or(0, |f| f()));
+            let _ = writeln!(out, "fuse_channel {c}");
+        }
     }
 }
 

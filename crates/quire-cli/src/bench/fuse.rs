@@ -5,6 +5,9 @@
 //! Variants (each a daemon started by the suite — `quire mount --foreground --kind K` — with 4
 //! serving threads, over the same source directory and files):
 //! - `quire`: quire's page cache (`--capacity` = the budget) and dentry cache; direct I/O opens.
+//!   Every variant's daemon takes the mount's default channel: FUSE over io_uring where the
+//!   kernel offers it (the suite prints which).
+//! - `quire-classic`: the same on the classic `/dev/fuse` channel (`--channel classic`).
 //! - `passthrough`: every request straight to the backing files, direct I/O opens, no cache in
 //!   the daemon: reads are `pread`s served by the kernel's page cache of the *backing* file
 //!   system, behind the same round trip. Its daemon runs in a cgroup-v1 memory group limited to
@@ -61,11 +64,12 @@ pub const SUITE: Suite = Suite {
     run,
 };
 
-const VARIANTS: [&str; 5] = [
+const VARIANTS: [&str; 6] = [
     "kernel",
     "empty",
     "passthrough",
     "passthrough-cached",
+    "quire-classic",
     "quire",
 ];
 const JOBS: [usize; 2] = [1, 4];
@@ -161,8 +165,11 @@ fn run(b: &mut Bench) -> anyhow::Result<()> {
         cg,
         lat_1job: Default::default(),
     };
+    b.progress
+        .println(format!("fuse: channel: {}", channel_note()));
     for case in ["hot-randread", "zipf-randread", "seqread", "seqwrite-fsync"] {
         b.compare(case, "passthrough", "quire");
+        b.compare(case, "quire-classic", "quire");
         for v in VARIANTS {
             if !b.wants(v) {
                 continue;
@@ -191,6 +198,15 @@ fn run(b: &mut Bench) -> anyhow::Result<()> {
     drop(env);
     drop(scratch);
     Ok(())
+}
+
+/// Which channel the daemons other than `*-classic` get.
+fn channel_note() -> String {
+    match fs::read_to_string("/sys/module/fuse/parameters/enable_uring") {
+        Ok(v) if v.trim() == "Y" => "io_uring (enable_uring is on); `quire-classic` on /dev/fuse".into(),
+        Ok(_) => "classic for every variant: /sys/module/fuse/parameters/enable_uring is off (`quire mount --fuse-uring` turns it on, as root)".into(),
+        Err(_) => "classic for every variant: this kernel has no FUSE over io_uring".into(),
+    }
 }
 
 /// Writes `size` bytes of a fixed pseudo-random pattern and syncs.
@@ -285,8 +301,16 @@ impl Daemon {
             }
             None => Command::new(&exe),
         };
+        // `K-classic`: the same daemon on the classic /dev/fuse channel; every other variant
+        // gets the mount's default channel (io_uring where the kernel offers it).
+        let (kind, channel) = match kind.strip_suffix("-classic") {
+            Some(k) => (k, "classic"),
+            None => (kind, "auto"),
+        };
         cmd.arg("mount")
             .arg("--foreground")
+            .arg("--channel")
+            .arg(channel)
             .arg("--kind")
             .arg(kind)
             .arg("--capacity")
@@ -486,7 +510,7 @@ impl Env {
             } else {
                 None
             };
-            if variant == "quire" {
+            if variant.starts_with("quire") {
                 warm_pool(&dir.join("w"), self.sz.budget)?;
             }
             let common = |extra: &[&str]| -> Vec<String> {

@@ -39,6 +39,10 @@ pub struct MountArgs {
     pub foreground: bool,
     pub allow_other: bool,
     pub dev: bool,
+    /// The FUSE channel asked for (`None`: the default, [`MountOptions::new`]'s).
+    pub channel: Option<quire_fuse::ChannelChoice>,
+    /// Turn the kernel's FUSE over io_uring on if it is off (root).
+    pub fuse_uring: bool,
     pub kind: Kind,
     /// Object store mounts: the staging directory.
     pub staging: Option<PathBuf>,
@@ -181,6 +185,10 @@ fn run(a: &MountArgs, ready: impl FnOnce()) -> anyhow::Result<()> {
     }
     opts.allow_other = a.allow_other;
     opts.dev = a.dev;
+    if let Some(c) = a.channel {
+        opts.channel = c;
+    }
+    opts.enable_uring = a.fuse_uring;
     if let Some(url) = a.url() {
         return run_object(a, url, opts, ready);
     }

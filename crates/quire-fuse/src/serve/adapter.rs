@@ -57,7 +57,10 @@ failable!(
 /// [`fuser::Filesystem`] in this crate. It dereferences to the file system.
 #[derive(Debug)]
 pub struct Fuse<S> {
-    fs: S,
+    /// Shared with the io_uring channel's queue threads, which serve it beside fuser's.
+    fs: std::sync::Arc<S>,
+    /// The io_uring channel: armed by [`crate::mount::serve`], started at INIT.
+    ring: std::sync::Arc<RingSlot>,
     /// Where deferred reads wait ([`Serve::read_deferred`]): one thread polling them on its own
     /// ring (`serve/reader.rs`), started at the first one (after the daemon detached), `None` if
     /// it could not start.
@@ -79,7 +82,8 @@ impl<S> Fuse<S> {
     /// Wraps `fs`.
     pub fn new(fs: S) -> Fuse<S> {
         Fuse {
-            fs,
+            fs: std::sync::Arc::new(fs),
+            ring: std::sync::Arc::default(),
             rt: std::sync::OnceLock::new(),
             reading: std::sync::atomic::AtomicUsize::new(0),
             defer: std::env::var("QUIRE_FUSE_DEFER_READS").is_ok_and(|v| v == "1"),
@@ -100,10 +104,54 @@ impl<S> Fuse<S> {
         }
     }
 
-    /// The file system.
-    pub fn into_inner(self) -> S {
-        self.fs
+    /// The file system (`None` while a queue of the io_uring channel still holds it).
+    pub fn into_inner(self) -> Option<S> {
+        std::sync::Arc::into_inner(self.fs)
     }
+
+    /// Where [`crate::mount::serve`] arms the io_uring channel before the session starts.
+    pub(crate) fn ring_slot(&self) -> std::sync::Arc<RingSlot> {
+        self.ring.clone()
+    }
+}
+
+/// The io_uring channel of one mount: what `serve` asked for, and the running queues.
+#[derive(Debug, Default)]
+pub(crate) struct RingSlot {
+    armed: parking_lot::Mutex<Option<RingWant>>,
+    running: parking_lot::Mutex<Option<crate::ring::Ring>>,
+    /// The mount's `/dev/fuse` descriptor, once fuser's session is made.
+    pub(crate) fuse: std::sync::Arc<crate::ring::FdCell>,
+}
+
+/// The io_uring channel asked for at mount.
+#[derive(Debug)]
+pub(crate) struct RingWant {
+    /// Entries per queue.
+    pub entries: usize,
+    /// Fail the mount rather than fall back to the classic channel.
+    pub required: bool,
+    /// Why io_uring (what was asked).
+    pub why: String,
+}
+
+impl RingSlot {
+    pub(crate) fn arm(&self, want: RingWant) {
+        *self.armed.lock() = Some(want);
+    }
+}
+
+/// The largest request the kernel may put in a ring entry's payload, as the kernel sizes it:
+/// the largest of a minimum read buffer, `max_write`, and `max_pages` pages (from the larger of
+/// `max_write` and `max_readahead`, as fuser reports it).
+fn ring_payload(config: &mut KernelConfig) -> usize {
+    const PAGE: usize = 4096;
+    let max_write = config.set_max_write(1 << 20).unwrap_or(1 << 20);
+    let _ = config.set_max_write(max_write);
+    let ra = config.set_max_readahead(1 << 20).unwrap_or(1 << 20);
+    let _ = config.set_max_readahead(ra);
+    let pages = (max_write.max(ra) as usize).div_ceil(PAGE);
+    (8192usize).max(max_write as usize).max(pages * PAGE)
 }
 
 impl<S> Deref for Fuse<S> {
@@ -163,12 +211,66 @@ impl<S: Serve> Fuse<S> {
 impl<S: Serve> Filesystem for Fuse<S> {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> io::Result<()> {
         let _ = config.set_max_write(1 << 20);
+        // Reads of up to 1 MiB: no more than the ring's payload buffers hold.
+        let _ = config.set_max_readahead(1 << 20);
         let _ = config.set_max_background(64);
-        self.fs.init(config)
+        std::sync::Arc::get_mut(&mut self.fs)
+            .ok_or_else(|| io::Error::other("the file system is shared before INIT"))?
+            .init(config)?;
+        let Some(want) = self.ring.armed.lock().take() else {
+            return Ok(());
+        };
+        let offered = config
+            .capabilities()
+            .contains(fuser::InitFlags::FUSE_OVER_IO_URING);
+        if !offered
+            || config
+                .add_capabilities(fuser::InitFlags::FUSE_OVER_IO_URING)
+                .is_err()
+        {
+            let why = "the kernel did not offer FUSE_OVER_IO_URING at INIT".to_string();
+            if want.required {
+                return Err(io::Error::other(format!("no io_uring channel: {why}")));
+            }
+            crate::mount::channel_chosen(crate::stats::Channel {
+                why,
+                ..Default::default()
+            });
+            return Ok(());
+        }
+        let payload = ring_payload(config);
+        let queues = crate::ring::nr_queues();
+        let ring = crate::ring::Ring::start(
+            self.fs.clone(),
+            self.ring.fuse.clone(),
+            queues,
+            want.entries,
+            payload,
+        )?;
+        crate::mount::channel_chosen(crate::stats::Channel {
+            uring: true,
+            queues,
+            entries: want.entries,
+            buffer_bytes: (queues * want.entries * (payload + crate::ring::abi::HEADER_SIZE))
+                as u64,
+            why: want.why,
+        });
+        let shared = ring.shared().clone();
+        crate::stats::set_ring_counter(std::sync::Arc::new(move || shared.served()));
+        crate::mount::watch_ring(ring.shared().clone(), queues * want.entries, want.required);
+        *self.ring.running.lock() = Some(ring);
+        Ok(())
     }
 
     fn destroy(&mut self) {
-        self.fs.destroy();
+        // The connection is gone: the queues' commands end, and so do their threads.
+        if let Some(ring) = self.ring.running.lock().take() {
+            ring.join();
+        }
+        match std::sync::Arc::get_mut(&mut self.fs) {
+            Some(fs) => fs.destroy(),
+            None => eprintln!("quire-fuse: a ring queue still holds the file system at unmount"),
+        }
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
@@ -336,10 +438,7 @@ impl<S: Serve> Filesystem for Fuse<S> {
         self.reading.fetch_add(1, Relaxed);
         READ_BUF.with(|b| {
             let mut b = b.borrow_mut();
-            let buf = ReadBuf {
-                buf: &mut b,
-                size: size as usize,
-            };
+            let buf = ReadBuf::grow(&mut b, size as usize);
             self.answer(reply, self.fs.read(ino, fh, offset, buf), |r, data| {
                 r.data(data)
             });
