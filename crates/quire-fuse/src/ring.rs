@@ -3,11 +3,11 @@
 //! between the kernel's thread and a serving thread, by one ring submission per batch.
 //!
 //! One queue per possible CPU, as the kernel requires before it sends anything through the
-//! rings: a queue is a thread pinned to its CPU with its own ring of 128-byte submission
-//! entries, and a few *entries*, each a header buffer (the request's and reply's headers and
-//! the operation's fixed argument) and a payload buffer (names, the bytes written or read),
-//! registered once with `FUSE_IO_URING_CMD_REGISTER`. The kernel puts a request made on CPU
-//! *n* into a free entry of queue *n* and completes that entry's command; the queue's thread
+//! rings: a queue is served by threads pinned to its CPU, each with its own ring of 128-byte
+//! submission entries and a few *entries*, each a header buffer (the request's and reply's
+//! headers and the operation's fixed argument) and a payload buffer (names, the bytes written or
+//! read), registered once with `FUSE_IO_URING_CMD_REGISTER`. The kernel puts a request made on
+//! CPU *n* into a free entry of queue *n* and completes that entry's command; the entry's thread
 //! serves it through the same [`Serve`] file system as the classic channel
 //! ([`dispatch`](self::dispatch)), writes the reply into the entry, and hands it back with
 //! `FUSE_IO_URING_CMD_COMMIT_AND_FETCH`, which sends the reply and waits for the entry's next
@@ -147,35 +147,47 @@ impl Shared {
 }
 
 impl Ring {
-    /// Starts `queues` queues of `entries` entries with `payload`-byte payload buffers, serving
-    /// `fs` on the connection of `fuse` (a `/dev/fuse` descriptor of the mount).
+    /// Starts `queues` queues, each served by `per_queue` threads of `entries` entries with
+    /// `payload`-byte payload buffers, serving `fs` on the connection of `fuse` (a `/dev/fuse`
+    /// descriptor of the mount). Several threads per queue: a thread waiting for a miss holds
+    /// only its own entries, and the kernel fills the queue's others.
     pub(crate) fn start<S: Serve>(
         fs: Arc<S>,
         fuse: Arc<FdCell>,
         queues: usize,
+        per_queue: usize,
         entries: usize,
         payload: usize,
     ) -> io::Result<Ring> {
         let shared = Arc::new(Shared {
-            served: (0..queues).map(|_| PerQueue::default()).collect(),
+            served: (0..queues * per_queue)
+                .map(|_| PerQueue::default())
+                .collect(),
             ..Shared::default()
         });
-        let mut threads = Vec::with_capacity(queues);
+        let mut threads = Vec::with_capacity(queues * per_queue);
         for qid in 0..queues {
-            let (fs, fuse, sh) = (fs.clone(), fuse.clone(), shared.clone());
-            threads.push(
-                std::thread::Builder::new()
-                    .name(format!("quire-fuse-q{qid}"))
-                    .spawn(move || {
-                        let run = |fd: Arc<OwnedFd>| {
-                            Queue::run(&*fs, fd.as_raw_fd(), qid as u16, entries, payload, &sh)
-                        };
-                        if let Err(e) = fuse.wait().and_then(run) {
-                            sh.refused.fetch_add(1, Ordering::Relaxed);
-                            sh.why.lock().get_or_insert_with(|| e.to_string());
-                        }
-                    })?,
-            );
+            for t in 0..per_queue {
+                let (fs, fuse, sh) = (fs.clone(), fuse.clone(), shared.clone());
+                let slot = qid * per_queue + t;
+                threads.push(
+                    std::thread::Builder::new()
+                        .name(format!("quire-fuse-q{qid}.{t}"))
+                        .spawn(move || {
+                            let q = Queue {
+                                qid: qid as u16,
+                                slot,
+                            };
+                            let run = |fd: Arc<OwnedFd>| {
+                                q.run(&*fs, fd.as_raw_fd(), entries, payload, &sh)
+                            };
+                            if let Err(e) = fuse.wait().and_then(run) {
+                                sh.refused.fetch_add(1, Ordering::Relaxed);
+                                sh.why.lock().get_or_insert_with(|| e.to_string());
+                            }
+                        })?,
+                );
+            }
         }
         Ok(Ring { threads, shared })
     }
@@ -229,8 +241,13 @@ impl Drop for Entry {
     }
 }
 
-/// A queue: its ring and entries, on its own thread.
-struct Queue;
+/// One thread of a queue: its ring and entries.
+struct Queue {
+    /// The queue (the CPU) it serves.
+    qid: u16,
+    /// Its counter in [`Shared`].
+    slot: usize,
+}
 
 impl Queue {
     /// The submission for entry `idx`: REGISTER, or COMMIT_AND_FETCH of request `commit_id`.
@@ -251,13 +268,14 @@ impl Queue {
     }
 
     fn run<S: Serve>(
+        &self,
         fs: &S,
         fuse: RawFd,
-        qid: u16,
         nr: usize,
         payload: usize,
         shared: &Shared,
     ) -> io::Result<()> {
+        let qid = self.qid;
         // The kernel routes a request to the queue of the CPU it was made on: serve it there.
         if (qid as usize) < rustix::thread::CpuSet::MAX_CPU {
             let mut set = rustix::thread::CpuSet::new();
@@ -348,7 +366,7 @@ impl Queue {
                     None => (commit_id, -libc::EINVAL, 0, None),
                 };
                 let (unique, error, len, after) = answer;
-                if let Some(q) = shared.served.get(qid as usize) {
+                if let Some(q) = shared.served.get(self.slot) {
                     q.0.store(q.0.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
                 }
                 abi::out_header(header, (16 + len) as u32, error, unique);

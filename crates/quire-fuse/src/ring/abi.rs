@@ -336,11 +336,7 @@ mod tests {
         assert_eq!(u64_at(&buf, 0), Some(7));
         assert_eq!(u64_at(&buf, 16), Some(1), "entry_valid");
         assert_eq!(u32_at(&buf, 36), Some(500), "attr_valid_nsec");
-        assert_eq!(
-            u32_at(&buf, 40 + 60),
-            Some(libc::S_IFREG | 0o644),
-            "mode"
-        );
+        assert_eq!(u32_at(&buf, 40 + 60), Some(libc::S_IFREG | 0o644), "mode");
         // mtime one second and 250 ns before 1970: seconds -2, 1e9 - 250 ns.
         assert_eq!(u64_at(&buf, 40 + 32), Some((-2i64) as u64));
         assert_eq!(u32_at(&buf, 40 + 52), Some(999_999_750));
