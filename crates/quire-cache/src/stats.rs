@@ -125,6 +125,12 @@ events! {
     DirtyTests => dirty_tests,
     /// A folio was written back to its store.
     Writeback => writeback,
+    /// A folio's write-back failed (every attempt counts; the folio stays dirty).
+    WritebackErrors => writeback_errors,
+    /// A folio's write-back failed `filemap::WRITEBACK_MAX_TRIES` times in a row: it was parked
+    /// (dirty, no longer tried by background write-back, on the unevictable list) until a write
+    /// into it or an explicit `fsync` that succeeds re-arms it.
+    WritebackRetriesExhausted => writeback_retries_exhausted,
     /// Pages evicted, leaving a shadow entry.
     Evictions => evictions,
     /// Pages read again after eviction (their shadow entry was found): the kernel's

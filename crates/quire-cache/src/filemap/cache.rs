@@ -142,6 +142,10 @@ impl vmscan::Owners for Cache {
     }
 
     fn write_back(&self, g: FolioGuard<'_>) {
+        if g.is_wb_failed() {
+            // Parked after failed write-backs: only an explicit write-back retries it.
+            return;
+        }
         if let Some(m) = self.mapping(g.mapping()) {
             if m.still_mapped(&g, g.index()) {
                 let _ = m.write_folio(g);

@@ -202,7 +202,15 @@ impl Mapping {
         let mut xa = self.pages.lock();
         let here = f.mapping() == self.id
             && matches!(xa.load(index), Some(crate::xarray::Entry::Pointer(p)) if std::ptr::eq(p, f));
-        if !here || f.set_dirty() {
+        if !here {
+            return;
+        }
+        if f.set_dirty() {
+            drop(xa);
+            if f.is_wb_failed() {
+                // A write into a folio parked after failed write-backs re-arms it.
+                self.rearm_writeback(f, index);
+            }
             return;
         }
         self.cache

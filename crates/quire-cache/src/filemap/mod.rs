@@ -21,6 +21,7 @@
 //! |---|---|
 //! | `DIRTY_MARK` | the folio is DIRTY |
 //! | `WRITEBACK_MARK` | the folio is under write-back |
+//! | `FAILED_MARK` | the folio is DIRTY and parked (`WB_FAILED`): its write-back failed [`WRITEBACK_MAX_TRIES`] times in a row (it has no `DIRTY_MARK` then) |
 //!
 //! # Lookups (rule 5 of docs/RULES.md)
 //!
@@ -47,6 +48,13 @@
 //! [`CacheConfig::dirty_expire`]; writers wait when it passes [`CacheConfig::dirty_limit`].
 //! A failed write-back leaves the folio dirty (the data is not dropped), sets ERROR on it and
 //! records the error in the mapping's `ErrSeq`, which every handle's `fsync` reports once.
+//! Failures in a row are counted in the folio's `private` word (which the page cache does not
+//! otherwise use for file folios; written only when a write-back fails, and reset only when
+//! one succeeds on a folio with ERROR set, so the success path reads the flag word it already
+//! touches and nothing else). After [`WRITEBACK_MAX_TRIES`] the folio is *parked*: `WB_FAILED`
+//! set, `FAILED_MARK` instead of `DIRTY_MARK` in the index, on the unevictable list — out of
+//! the flusher's and reclaim's way — until a write into it re-arms it or an explicit
+//! write-back retries it (see the constant).
 //!
 //! # The budget
 //!
@@ -111,6 +119,20 @@ pub use std_io::FileCursor;
 pub(crate) const DIRTY_MARK: Mark = Mark::M0;
 /// The index mark of folios under write-back.
 pub(crate) const WRITEBACK_MARK: Mark = Mark::M1;
+/// The index mark of dirty folios parked after [`WRITEBACK_MAX_TRIES`] failed write-backs
+/// (`WB_FAILED`): they carry this instead of `DIRTY_MARK`, so background write-back never
+/// finds them and a data-integrity write-back (`fsync`) looks for both.
+pub(crate) const FAILED_MARK: Mark = Mark::M2;
+
+/// How many write-backs of a folio may fail in a row before it is parked: it stays dirty and
+/// cached (rule 6), but background write-back (the flusher, reclaim's requests, the clock's
+/// sweep) no longer writes it and reclaim keeps it on the unevictable list, so that a range the
+/// store always refuses (a bad sector, a full disk) costs neither I/O nor reclaim's time. A
+/// write into the folio re-arms it (the count starts over); an explicit write-back (`fsync`,
+/// `flush`, `sync_range`, `sync_all`, `invalidate`, the last `close`) tries it again whatever
+/// the count, and one that succeeds makes it clean and evictable again. Three tries ride out a
+/// transient error on the first and a retry racing it, without a fourth pass of futile I/O.
+pub const WRITEBACK_MAX_TRIES: u32 = 3;
 
 /// Bytes in a page (a base frame).
 pub const PAGE_SIZE: u64 = 1 << FRAME_SHIFT;

@@ -9,6 +9,18 @@
 //! stable and the folio is still in the index when the write ends. If the write fails, the folio
 //! is made dirty again before WRITEBACK is cleared (rule 6 of docs/RULES.md) and the error is recorded
 //! in the file's error sequence.
+//!
+//! A folio whose write-back fails [`WRITEBACK_MAX_TRIES`](super::WRITEBACK_MAX_TRIES) times in a
+//! row is parked instead of being made dirty for the flusher again:
+//!
+//! | state | flags | index mark | lists | who writes it |
+//! |---|---|---|---|---|
+//! | dirty | DIRTY, `private` = failures so far | `DIRTY_MARK` | evictable | the flusher, reclaim's requests, `fsync` |
+//! | under write-back | WRITEBACK (and `WB_FAILED` if parked) | `WRITEBACK_MARK` | as before | (in flight) |
+//! | parked | DIRTY, `WB_FAILED`, ERROR, `private` = the max | `FAILED_MARK` | unevictable | only an explicit write-back (`wait`) |
+//!
+//! A write into a parked folio re-arms it (dirty again, its count at 0); an explicit write-back
+//! that fails leaves it parked (and reports the error again); one that succeeds clears the lot.
 
 use std::ptr::{self, NonNull};
 use std::sync::atomic::Ordering;
@@ -16,9 +28,11 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
 use super::mapping::Mapping;
-use super::{Cache, FilemapError, Result, DIRTY_MARK, WRITEBACK_MARK};
+use super::{
+    Cache, FilemapError, Result, DIRTY_MARK, FAILED_MARK, WRITEBACK_MARK, WRITEBACK_MAX_TRIES,
+};
 use crate::bio::{Bio, BioEnd, BioOp};
-use crate::mem::folio::{Folio, FolioGuard, FolioRef, FRAME_SHIFT};
+use crate::mem::folio::{Folio, FolioGuard, FolioRef, DIRTY, ERROR, FRAME_SHIFT, WB_FAILED};
 use crate::stats::{count, Event};
 use crate::store::Store;
 use crate::trace::slow_path;
@@ -27,18 +41,28 @@ use crate::xarray::Entry;
 impl Mapping {
     /// Writes the dirty folios of pages `first ..= last` to the store. With `wait`, also waits
     /// for folios it cannot lock at once and for every write-back in the range to finish (a
-    /// data-integrity write-back); without, it skips busy folios (the flusher). Returns the
+    /// data-integrity write-back), and also writes the folios parked after too many failures
+    /// (`FAILED_MARK`); without, it skips busy and parked folios (the flusher). Returns the
     /// first error; every error is also recorded for `fsync`.
     #[doc(alias = "filemap_fdatawrite_range")]
     pub(crate) fn write_back_range(&self, first: u64, last: u64, wait: bool) -> Result<()> {
         let policy = self.policy();
         let mut targets = Vec::new();
-        self.pages.for_each(first, last, Some(DIRTY_MARK), |e| {
-            if !e.entry.is_value() {
-                targets.push(e.index);
-            }
-            std::ops::ControlFlow::Continue(())
-        });
+        let mut collect = |mark| {
+            self.pages.for_each(first, last, Some(mark), |e| {
+                if !e.entry.is_value() {
+                    targets.push(e.index);
+                }
+                std::ops::ControlFlow::Continue(())
+            })
+        };
+        collect(DIRTY_MARK);
+        if wait && self.pages.marked(FAILED_MARK) {
+            collect(FAILED_MARK);
+            // In file order, for the merging below (a folio may carry both marks a moment).
+            targets.sort_unstable();
+            targets.dedup();
+        }
         if let Some(&last) = targets.last() {
             self.grow_store_for(last);
         }
@@ -74,7 +98,12 @@ impl Mapping {
                     f.lock_with(policy)
                 }
             };
-            if !self.still_mapped(&g, index) || !g.is_dirty() {
+            // One load for both tests: parked folios are written only when asked for (`wait`).
+            let flags = g.flags();
+            if !self.still_mapped(&g, index)
+                || flags & DIRTY == 0
+                || (!wait && flags & WB_FAILED != 0)
+            {
                 continue;
             }
             if g.is_writeback() {
@@ -282,13 +311,17 @@ impl Mapping {
             let mut xa = self.pages.lock();
             xa.set_mark(index, WRITEBACK_MARK);
             xa.clear_mark(index, DIRTY_MARK);
+            if g.is_wb_failed() {
+                // A parked folio retried by an explicit write-back.
+                xa.clear_mark(index, FAILED_MARK);
+            }
         }
         Some(g.unlock())
     }
 
     /// The end of a folio's write-back, which wrote its bytes with `result`: on an error the
-    /// folio is dirty again and the error recorded for every handle; then WRITEBACK is cleared
-    /// and its waiters woken.
+    /// folio is dirty again (parked, after [`WRITEBACK_MAX_TRIES`] failures in a row) and the
+    /// error recorded for every handle; then WRITEBACK is cleared and its waiters woken.
     #[doc(alias = "folio_end_writeback")]
     fn end_writeback(&self, f: &FolioRef<'_>, result: crate::store::Result<()>) -> Result<()> {
         let index = f.index();
@@ -297,6 +330,11 @@ impl Mapping {
             Ok(()) => {
                 count(Event::Writeback);
                 self.wb_failing.store(0, Ordering::Relaxed);
+                // ERROR is set by every failure: only a folio whose write-back failed before
+                // pays for more than this load.
+                if f.flags() & ERROR != 0 {
+                    self.writeback_recovered(f);
+                }
             }
             Err(e) => {
                 self.record_error(e);
@@ -308,11 +346,15 @@ impl Mapping {
                 if !f.set_dirty() {
                     self.cache.dirty.fetch_add(frames, Ordering::Relaxed);
                 }
-                self.set_mark_if_mapped(f, index, DIRTY_MARK, true);
-                self.dirtied_at
-                    .lock()
-                    .unwrap()
-                    .get_or_insert_with(Instant::now);
+                if self.writeback_failed(f) {
+                    self.set_mark_if_mapped(f, index, FAILED_MARK, true);
+                } else {
+                    self.set_mark_if_mapped(f, index, DIRTY_MARK, true);
+                    self.dirtied_at
+                        .lock()
+                        .unwrap()
+                        .get_or_insert_with(Instant::now);
+                }
             }
         }
         self.set_mark_if_mapped(f, index, WRITEBACK_MARK, false);
@@ -324,6 +366,76 @@ impl Mapping {
         }
         f.end_writeback_with(self.policy());
         result.map_err(Into::into)
+    }
+
+    /// Counts a failed write-back of `f` (under write-back, dirty again): its failures in a row
+    /// go up by one in its `private` word (up to [`WRITEBACK_MAX_TRIES`]); at the bound it is
+    /// parked — `WB_FAILED`, on the unevictable list — if it was not already. Returns whether
+    /// it is parked (the caller marks it `FAILED_MARK` rather than `DIRTY_MARK`).
+    fn writeback_failed(&self, f: &Folio) -> bool {
+        let vm = &self.cache.vm;
+        vm.counters.count(Event::WritebackErrors);
+        let max = WRITEBACK_MAX_TRIES as usize;
+        let tries = f.private().saturating_add(1).min(max);
+        f.set_private(tries);
+        if tries < max {
+            return false;
+        }
+        if !f.set_wb_failed() {
+            vm.counters.count(Event::WritebackRetriesExhausted);
+            slow_path!(
+                warn,
+                "write-back retries exhausted: the folio stays dirty, parked until rewritten or synced",
+                file = self.id,
+                index = f.index(),
+                tries = tries
+            );
+            vm.sync_parked(self.pool(), f);
+        }
+        true
+    }
+
+    /// A write-back of `f` succeeded after one failed (ERROR set): its count of failures starts
+    /// over and, if it was parked, it goes back on the evictable lists.
+    fn writeback_recovered(&self, f: &Folio) {
+        f.clear_error();
+        f.set_private(0);
+        if f.clear_wb_failed() {
+            self.cache.vm.sync_parked(self.pool(), f);
+        }
+    }
+
+    /// A write into the locked or write-protected folio `f`, dirty, at `index`: if it was
+    /// parked, it is re-armed — its count at 0, `DIRTY_MARK` again instead of `FAILED_MARK`,
+    /// back on the evictable lists — so the new data gets background write-back's tries.
+    /// `f` may be a copy that replaced a parked folio in the index (and took over its marks):
+    /// then only the marks change.
+    pub(crate) fn rearm_writeback(&self, f: &Folio, index: u64) {
+        let was_parked = f.clear_wb_failed();
+        if was_parked {
+            f.set_private(0);
+        }
+        {
+            let mut xa = self.pages.lock();
+            let here = f.mapping() == self.id
+                && matches!(xa.load(index), Some(Entry::Pointer(p)) if ptr::eq(p, f));
+            if !here || !xa.get_mark(index, FAILED_MARK) {
+                if was_parked {
+                    drop(xa);
+                    self.cache.vm.sync_parked(self.pool(), f);
+                }
+                return;
+            }
+            xa.clear_mark(index, FAILED_MARK);
+            xa.set_mark(index, DIRTY_MARK);
+        }
+        self.dirtied_at
+            .lock()
+            .unwrap()
+            .get_or_insert_with(Instant::now);
+        if was_parked {
+            self.cache.vm.sync_parked(self.pool(), f);
+        }
     }
 
     /// Sets or clears `mark` at `index` if the slot still holds `folio`, under the index lock.

@@ -37,7 +37,8 @@
 //! | 24–25 | refs ([`REFS_SHIFT`]) | accesses through file descriptors beyond the first (saturating at 3): the folio's tier | [`Folio::inc_refs`] (lock-free) / reclaim |
 //! | 26 | [`PROBATION`] | a recent refault the loop protection will test when it is added; on a probation list: its one extra turn was given | reclaim (refault) / the LRU lock holder |
 //! | 27 | [`REFAULTED`] | read in over a shadow that still tells something (a refault within reach, or one with a reuse on record): the multi-generational LRU's loop protection does not add it as a first read | reclaim (refault) / the LRU lock holder |
-//! | 28–31 | — | reserved for `mem` | |
+//! | 28 | [`WB_FAILED`] | dirty, and its write-back failed `filemap::WRITEBACK_MAX_TRIES` times in a row: parked (no background write-back, on the unevictable list) until re-armed | write-back end / a write into it, a write-back that succeeds |
+//! | 29–31 | — | reserved for `mem` | |
 //! | 32–63 | — | free for upper layers: `mm` keeps the mapcount (32–47, `MAPCOUNT_BITS`: page-table entries mapping the folio) and the mlock count (48–63) of mapped folios, anonymous or file | their owners, with RMW ops |
 //!
 //! State changes other than allocation and free are single read-modify-write operations on the
@@ -145,7 +146,7 @@ pub use flags::{
     ACTIVE, ANON, DIRTY, ERROR, FRAME_SHIFT, FRAME_SIZE, GEN_MASK, GEN_SHIFT, HEAD, LOCKED, LRU,
     LRU_PENDING, MAX_REFS, ORDER_MASK, ORDER_SHIFT, OWNER_BITS, PROBATION, READAHEAD, RECLAIM,
     REFAULTED, REFERENCED, REFS_MASK, REFS_SHIFT, SWAPCACHE, UNEVICTABLE, UPTODATE, WAITERS,
-    WORKINGSET, WRITEBACK,
+    WB_FAILED, WORKINGSET, WRITEBACK,
 };
 pub use guard::{FolioGuard, FrozenFolio};
 pub use reference::FolioRef;
@@ -166,7 +167,9 @@ pub struct Folio {
     mapping: AtomicUsize,
     /// The folio's index in its owner (in frames, as the page cache counts).
     index: AtomicU64,
-    /// A word for the owner's use (the kernel's `folio->private`).
+    /// A word for the owner's use (the kernel's `folio->private`): the swap cache's slot of an
+    /// anonymous folio in it, the page cache's count of failed write-backs in a row of a file
+    /// folio (written only when one fails or, after one failed, succeeds).
     private: AtomicUsize,
     /// The links of the LRU list the folio is on (frame numbers of head descriptors; see
     /// [`crate::vmscan`]), the kernel's `folio->lru`. Read and written only by the holder of the
@@ -378,6 +381,8 @@ impl Folio {
         PROBATION: is_probation, set_probation, clear_probation;
         /// Whether the folio was read in over a shadow entry.
         REFAULTED: is_refaulted, set_refaulted, clear_refaulted;
+        /// Whether the folio's write-back failed too often in a row: parked until re-armed.
+        WB_FAILED: is_wb_failed, set_wb_failed, clear_wb_failed;
     }
 
     /// The refs bits: accesses through file descriptors beyond the first, 0..=[`MAX_REFS`].

@@ -311,13 +311,13 @@ impl AnonInner {
         }
     }
 
-    /// Puts `f` on the unevictable list or off it as its mlock count says *now*, read under the
-    /// LRU lock (also for a folio reclaim holds isolated: its flag then decides where
+    /// Puts `f` on the unevictable list or off it as its mlock count (and the page cache's
+    /// `WB_FAILED`, see [`crate::vmscan::unevictable`]) says *now*, read under the LRU lock (also for a folio reclaim holds isolated: its flag then decides where
     /// reclaim puts it back, and a racing munlock's own sync corrects it).
     pub(crate) fn sync_unevictable(&self, f: &Folio) {
-        self.cache
-            .vm()
-            .sync_unevictable(self.cache.pool(), f, &|| mlock_count(f.flags()) > 0);
+        self.cache.vm().sync_unevictable(self.cache.pool(), f, &|| {
+            crate::vmscan::unevictable(f.flags())
+        });
     }
 
     /// Clears the young bit of every pte mapping `f`; returns how many had it

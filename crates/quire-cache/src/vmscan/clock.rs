@@ -2,7 +2,8 @@
 //! lists — a clock over the memmap, swept by the thread whose allocation failed.
 //!
 //! The hand walks the descriptors of the pool in frame order, a folio at a time. A folio that
-//! belongs to no owner (`mapping` 0), is locked or under write-back is passed over. One that was
+//! belongs to no owner (`mapping` 0), is locked, under write-back, or dirty with a write-back
+//! that failed too often (`WB_FAILED`: its owner retries it only when asked) is passed over. One that was
 //! used since the hand last passed (`REFERENCED`) has the bit cleared and gets a second chance.
 //! Otherwise it is locked (`try_lock`: reclaim never waits for a folio lock, so it cannot
 //! deadlock with a lock holder that is itself allocating); a dirty one is written back by the
@@ -18,7 +19,9 @@
 use super::policy::{AccessRule, Policy};
 use super::workingset::Refault;
 use super::{LruGuard, Owners, VmConfig, Vmscan};
-use crate::mem::folio::{Folio, FolioRef, ANON, HEAD, LOCKED, ORDER_MASK, ORDER_SHIFT, WRITEBACK};
+use crate::mem::folio::{
+    Folio, FolioRef, ANON, HEAD, LOCKED, ORDER_MASK, ORDER_SHIFT, WB_FAILED, WRITEBACK,
+};
 use crate::mem::pool::FramePool;
 use crate::stats::Event;
 use crate::sync::loom::Mutex;
@@ -64,7 +67,9 @@ impl Clock {
             };
             *hand = (pfn + step) % n;
             scanned += step;
-            if flags & HEAD == 0 || flags & (LOCKED | WRITEBACK | ANON) != 0 || folio.mapping() == 0
+            if flags & HEAD == 0
+                || flags & (LOCKED | WRITEBACK | ANON | WB_FAILED) != 0
+                || folio.mapping() == 0
             {
                 continue;
             }

@@ -129,7 +129,7 @@ use super::reclaim::{ScanControl, SWAP_CLUSTER_MAX};
 use super::{Lru, Owners, VmConfig, Vmscan, NR_LRU_LISTS};
 use crate::mem::folio::{
     Folio, FolioRef, ACTIVE, ANON, DIRTY, MAX_REFS, PROBATION, RECLAIM, REFERENCED, REFS_MASK,
-    REFS_SHIFT, SWAPCACHE, WORKINGSET, WRITEBACK,
+    REFS_SHIFT, SWAPCACHE, WB_FAILED, WORKINGSET, WRITEBACK,
 };
 use crate::mem::pool::FramePool;
 use crate::stats::Event;
@@ -720,6 +720,15 @@ impl MultiGen {
                     protected_run += n;
                     continue;
                 }
+            }
+            if type_ == FILE_TYPE && flags & (WB_FAILED | WRITEBACK) == WB_FAILED {
+                // Dirty, parked by its owner (see `Vmscan::sync_parked`), and back on a
+                // generation only through an munlock: to the unevictable list.
+                g.del(f);
+                f.set_unevictable();
+                f.clear_active();
+                g.add(f, false);
+                continue;
             }
             if type_ == FILE_TYPE && flags & (DIRTY | WRITEBACK) != 0 {
                 // The flusher writes it; its write-back end rotates it to the oldest tail.

@@ -501,4 +501,4 @@ pub mod model {
         }
     }
 }
-pub(crate) use reclaim::NoMemory;
+pub(crate) use reclaim::{unevictable, NoMemory};

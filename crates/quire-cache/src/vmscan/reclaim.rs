@@ -12,6 +12,7 @@
 //! | locked (`try_lock` fails) | back to the head |
 //! | removed by its owner meanwhile (`mapping` 0) | dropped |
 //! | unevictable | to the unevictable list |
+//! | dirty, its write-back failed too often (`WB_FAILED`) | to the unevictable list, the flusher not woken (it would not write it); its owner takes it back when something re-arms it |
 //! | under write-back, or dirty | `RECLAIM` set, parked where the policy says (the classic lists: the active list), the flusher woken; rotated to where reclaim takes from next when its write-back ends |
 //! | clean | evicted through its owner, leaving a shadow; if somebody holds a reference, back to the head |
 //!
@@ -23,7 +24,7 @@ use std::ptr::NonNull;
 use std::time::{Duration, Instant};
 
 use super::{AnonFate, Lru, MappedFate, Owners, Vmscan};
-use crate::mem::folio::{Folio, FolioRef};
+use crate::mem::folio::{Folio, FolioRef, WB_FAILED};
 use crate::mem::pool::FramePool;
 use crate::stats::Event;
 use crate::trace::slow_path;
@@ -49,6 +50,13 @@ fn thread_cpu_ns() -> u64 {
     {
         0
     }
+}
+
+/// Whether a folio with these flags belongs on the unevictable list: a space has it mlocked
+/// (`mm`'s mlock count), or its owner parked it because its write-back keeps failing
+/// (`WB_FAILED`). Read under the LRU lock by whoever changes either ([`Vmscan::sync_unevictable`]).
+pub(crate) fn unevictable(flags: u64) -> bool {
+    flags & WB_FAILED != 0 || crate::mm::mlock_count(flags) > 0
 }
 
 /// Allocation gave up: every frame stayed pinned or locked for the whole allocation timeout.
@@ -178,6 +186,14 @@ impl Vmscan {
             let writeback = g.is_writeback();
             // A reference does not keep an unmapped file folio from being reclaimed.
             g.clear_referenced();
+            if !writeback && g.is_wb_failed() {
+                // Dirty and parked by its owner (its write-back failed too often: the flusher
+                // does not write it): out of reclaim's way until the owner re-arms it. Only a
+                // folio that left the unevictable list meanwhile (an munlock) gets here.
+                self.sync_parked(pool, &g);
+                keep.push(g.unlock());
+                continue;
+            }
             if writeback || g.is_dirty() {
                 // The flusher writes it; when that ends it is rotated to the inactive tail.
                 // Meanwhile it waits on the active list (a younger generation), out of
@@ -289,6 +305,15 @@ impl Vmscan {
         if linked {
             g.add(folio, false);
         }
+    }
+
+    /// Puts a file folio on the unevictable list or takes it off as [`unevictable`] says now:
+    /// its owner parks a dirty folio whose write-back keeps failing (sets `WB_FAILED`) there —
+    /// reclaim cannot free it (rule 6: dirty data is never dropped) and the flusher will not
+    /// write it, so scanning it again would only cost reclaim its time and wake the flusher
+    /// for nothing — and calls this again when something re-arms it (`WB_FAILED` cleared).
+    pub(crate) fn sync_parked(&self, pool: &FramePool, folio: &Folio) {
+        self.sync_unevictable(pool, folio, &|| unevictable(folio.flags()));
     }
 
     /// One round of reclaim wanting `nr_to_reclaim` frames (see the module documentation);

@@ -102,6 +102,11 @@ impl Mapping {
         if g.clear_dirty() {
             ng.set_dirty();
         }
+        if g.is_wb_failed() {
+            // The old folio was parked: the copy holds a write, so it is re-armed (its slot
+            // carries `FAILED_MARK`, moved with it).
+            self.rearm_writeback(&ng, index);
+        }
         self.cache.vm.lru_add(self.pool(), &ng);
         Ok(Some(ng))
     }
@@ -125,7 +130,8 @@ impl Mapping {
         }
     }
 
-    /// Marks the locked folio dirty, in its flags, the index and the cache's count.
+    /// Marks the locked folio dirty, in its flags, the index and the cache's count; a folio
+    /// parked after failed write-backs is re-armed (only a dirty one can be parked).
     pub(crate) fn mark_dirty(&self, g: &FolioGuard<'_>) {
         if !g.set_dirty() {
             self.cache.dirty.fetch_add(g.nr_frames(), Ordering::Relaxed);
@@ -134,6 +140,8 @@ impl Mapping {
                 .lock()
                 .unwrap()
                 .get_or_insert_with(Instant::now);
+        } else if g.is_wb_failed() {
+            self.rearm_writeback(g, g.index());
         }
     }
 

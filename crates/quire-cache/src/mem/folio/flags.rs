@@ -49,6 +49,11 @@ pub const PROBATION: u64 = 1 << 26;
 /// Read in over a shadow entry that still tells something — a refault within reach, or one with
 /// a reuse on record — so not to be added as a first read (see `vmscan::lru_gen`).
 pub const REFAULTED: u64 = 1 << 27;
+/// Write-back of this dirty folio failed too many times in a row: background write-back no
+/// longer offers it to the store and reclaim keeps it on the unevictable list, until a write
+/// into it or a successful write-back (an `fsync`'s retry) re-arms it (see `filemap`'s
+/// write-back).
+pub const WB_FAILED: u64 = 1 << 28;
 /// Where the order is stored in the flag word.
 pub const ORDER_SHIFT: u32 = 16;
 /// The order's bits in the flag word.
