@@ -19,6 +19,9 @@
 //!   charged to the reader (fio), not limited.
 //! - `kernel`: fio on the backing directory itself, no FUSE; fio runs in a memory group of the
 //!   budget plus 32 MiB for fio itself.
+//! - `ext4`: the program cases' `kernel`: the database on the backing directory itself, its
+//!   programs in a memory group of the budget plus their own memory (named after the backing
+//!   file system the published runs use; `fuse: budget …, files in …` says which it is).
 //! - `empty`: a mount that answers from memory without touching data (reads are zeros, writes
 //!   are counted and dropped): the bare cost of the round trip.
 //!
@@ -38,10 +41,14 @@
 //! - `hot-randread` also records `round_trip_share`: the `empty` mount's mean latency over
 //!   quire's at 1 job — how much of quire's time per request is the FUSE round trip itself.
 //!
+//! - `pgbench`, `db_bench-fill`, `db_bench-readrandom`, `db_bench-readseq`: a database in the
+//!   mount (PostgreSQL, RocksDB), on `quire`, `passthrough` and `ext4` (see `programs`).
+//!
 //! Budget 256 MiB (64 MiB with `--quick`); fio runs 5 s (1 s with `--quick`), zipf after 10 s of
 //! warm-up (2 s), enough for every variant's cache to fill. Before each timed run of the `quire`
-//! variant its frame pool is faulted in, untimed (see `warm_pool`). Where FUSE or fio is missing the suite prints `skipped: why` and records
-//! nothing.
+//! variant its frame pool is faulted in, untimed (see `warm_pool`). Where FUSE is missing the
+//! suite prints `skipped: why` and records nothing; where fio (or a database program) is
+//! missing, so do the cases that need it.
 
 use std::fs::{self, File};
 use std::io::Write;
@@ -60,11 +67,25 @@ pub const SUITE: Suite = Suite {
     name: "fuse",
     about: "a FUSE mount through quire vs passthrough, kernel FUSE cache, no FUSE, empty (fio)",
     variants: &VARIANTS,
-    steps: |_| (VARIANTS.len() * 5) as u64,
+    steps: |_| (FIO_VARIANTS.len() * 5 + programs::STEPS) as u64,
     run,
 };
 
-const VARIANTS: [&str; 6] = [
+mod programs;
+
+/// Every variant: those of the fio cases and stat walk, and `ext4`, the program cases' name for
+/// the backing directory used directly.
+const VARIANTS: [&str; 7] = [
+    "kernel",
+    "empty",
+    "passthrough",
+    "passthrough-cached",
+    "quire-classic",
+    "quire",
+    "ext4",
+];
+/// The variants of the fio cases and the stat walk.
+const FIO_VARIANTS: [&str; 6] = [
     "kernel",
     "empty",
     "passthrough",
@@ -112,9 +133,8 @@ fn sizes(quick: bool) -> Sizes {
     }
 }
 
-/// Why the suite cannot run here, if it cannot.
-fn preflight() -> Result<(), String> {
-    quire_fuse::mount::fuse_available()?;
+/// Why fio cannot run here, if it cannot.
+fn have_fio() -> Result<(), String> {
     match Command::new("fio").arg("--version").output() {
         Ok(o) if o.status.success() => Ok(()),
         _ => Err("fio is not installed".into()),
@@ -122,7 +142,7 @@ fn preflight() -> Result<(), String> {
 }
 
 fn run(b: &mut Bench) -> anyhow::Result<()> {
-    if let Err(why) = preflight() {
+    if let Err(why) = quire_fuse::mount::fuse_available() {
         b.progress.println(format!("fuse: skipped: {why}"));
         return Ok(());
     }
@@ -137,13 +157,21 @@ fn run(b: &mut Bench) -> anyhow::Result<()> {
         sz.budget >> 20,
         scratch.describe()
     ));
-    write_file(&src.join("hot.dat"), sz.hot)?;
-    write_file(&src.join("zipf.dat"), sz.zipf)?;
-    make_tree(&src.join("tree"), sz.tree_dirs, sz.tree_files_per_dir)?;
+    // The fio cases' files, where they will run.
+    let fio = have_fio();
+    if let Err(why) = &fio {
+        b.note(format!("fio cases and stat-storm: skipped: {why}"));
+    }
+    let fio = fio.is_ok() && FIO_VARIANTS.iter().any(|v| b.wants(v));
+    if fio {
+        write_file(&src.join("hot.dat"), sz.hot)?;
+        write_file(&src.join("zipf.dat"), sz.zipf)?;
+        make_tree(&src.join("tree"), sz.tree_dirs, sz.tree_files_per_dir)?;
+    }
     fs::create_dir(src.join("w"))?;
 
     // Can we mount at all? (Privileges, fusermount3.)
-    match Daemon::start("empty", &src, &mnt, sz.budget, None) {
+    match Daemon::start("empty", &src, &mnt, sz.budget, None, &[]) {
         Ok(d) => d.stop()?,
         Err(e) => {
             b.progress
@@ -167,10 +195,21 @@ fn run(b: &mut Bench) -> anyhow::Result<()> {
     };
     b.progress
         .println(format!("fuse: channel: {}", channel_note()));
+    if fio {
+        fio_cases(b, &mut env)?;
+    }
+    programs::run(b, &env);
+    drop(env);
+    drop(scratch);
+    Ok(())
+}
+
+/// The fio cases and the stat walk.
+fn fio_cases(b: &mut Bench, env: &mut Env) -> anyhow::Result<()> {
     for case in ["hot-randread", "zipf-randread", "seqread", "seqwrite-fsync"] {
         b.compare(case, "passthrough", "quire");
         b.compare(case, "quire-classic", "quire");
-        for v in VARIANTS {
+        for v in FIO_VARIANTS {
             if !b.wants(v) {
                 continue;
             }
@@ -181,7 +220,7 @@ fn run(b: &mut Bench) -> anyhow::Result<()> {
     }
     b.compare("stat-storm-cold", "passthrough", "quire");
     b.compare("stat-storm-warm", "passthrough", "quire");
-    for v in VARIANTS {
+    for v in FIO_VARIANTS {
         if !b.wants(v) {
             continue;
         }
@@ -195,8 +234,6 @@ fn run(b: &mut Bench) -> anyhow::Result<()> {
     ) {
         b.record("hot-randread", "quire", 1, "round_trip_share", e / q, "1");
     }
-    drop(env);
-    drop(scratch);
     Ok(())
 }
 
@@ -279,13 +316,15 @@ struct Daemon {
 }
 
 impl Daemon {
-    /// Starts a daemon of `kind` (in `group` if given) and waits until it is mounted.
+    /// Starts a daemon of `kind` (in `group` if given, with the mount options `extra`) and waits
+    /// until it is mounted.
     fn start(
         kind: &str,
         src: &Path,
         mnt: &Path,
         budget: u64,
         group: Option<&MemGroup>,
+        extra: &[&str],
     ) -> anyhow::Result<Daemon> {
         let exe = std::env::current_exe()?;
         let mut cmd = match group {
@@ -317,6 +356,7 @@ impl Daemon {
             .arg(budget.to_string())
             .arg("--threads")
             .arg(DAEMON_THREADS.to_string())
+            .args(extra)
             .arg(src)
             .arg(mnt)
             .stdout(Stdio::null())
@@ -462,7 +502,7 @@ impl Env {
         if variant == "kernel" {
             return Ok((self.src.clone(), None));
         }
-        let d = Daemon::start(variant, &self.src, &self.mnt, self.sz.budget, group)?;
+        let d = Daemon::start(variant, &self.src, &self.mnt, self.sz.budget, group, &[])?;
         Ok((self.mnt.clone(), Some(d)))
     }
 

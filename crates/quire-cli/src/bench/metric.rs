@@ -28,7 +28,7 @@ impl Better {
             // Throughput: operations, bytes or walks per wall-clock or CPU second.
             "ops_per_s" | "ops_per_cpu_s" | "iops" | "iops_per_cpu_s" | "mb_per_s"
             | "handoffs_per_cpu_s" | "inserts_per_s" | "stats_per_s" | "walks_per_s"
-            | "walks_per_cpu_s" | "objects_per_s" | "accesses_per_s" => Higher,
+            | "walks_per_cpu_s" | "objects_per_s" | "accesses_per_s" | "tps" => Higher,
             // What stayed in memory.
             "hit_ratio" | "hot_hit_ratio" | "demand_hit_ratio" => Higher,
             // What a reader keeps of its throughput beside other work on the cache.
@@ -104,6 +104,7 @@ mod tests {
         ("evict/patterns.rs", include_str!("evict/patterns.rs")),
         ("evict/trace.rs", include_str!("evict/trace.rs")),
         ("fuse.rs", include_str!("fuse.rs")),
+        ("fuse/programs.rs", include_str!("fuse/programs.rs")),
         ("inflight.rs", include_str!("inflight.rs")),
         ("lockref.rs", include_str!("lockref.rs")),
         ("object/mod.rs", include_str!("object/mod.rs")),
