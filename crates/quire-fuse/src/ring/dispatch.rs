@@ -47,7 +47,13 @@ pub(crate) fn serve<S: Serve>(
 ) -> Answer<S::AfterWrite> {
     let mut after = None;
     let in_len = in_len.min(payload.len());
-    match run(fs, h, arg, payload, in_len, &mut after) {
+    // A file system that panics answers EIO: the request must be answered, or its caller
+    // would wait for ever and the queue would be an entry short.
+    let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        run(fs, h, arg, payload, in_len, &mut after)
+    }))
+    .unwrap_or(Err(Fail::Failed(Errno::EIO)));
+    match ran {
         Ok(len) => Answer {
             error: 0,
             len,
@@ -475,6 +481,7 @@ mod tests {
         fn lookup(&self, parent: INodeNo, name: &OsStr) -> Result<FileAttr, Errno> {
             match (parent.0, name.to_str()) {
                 (1, Some("a")) => Ok(attr(2)),
+                (1, Some("boom")) => panic!("a defect in the file system"),
                 _ => Err(Errno::ENOENT),
             }
         }
@@ -578,6 +585,10 @@ mod tests {
         p[..2].copy_from_slice(b"b\0");
         let a = serve(&fs, &header(op::LOOKUP, 1), &[0; 128], &mut p, 2);
         assert_eq!((a.error, a.len), (-libc::ENOENT, 0));
+        // A file system that panics answers EIO (the request is answered).
+        p[..5].copy_from_slice(b"boom\0");
+        let a = serve(&fs, &header(op::LOOKUP, 1), &[0; 128], &mut p, 5);
+        assert_eq!((a.error, a.len), (-libc::EIO, 0));
         // A name without its NUL is refused, not read past.
         p[..2].copy_from_slice(b"ab");
         let a = serve(&fs, &header(op::LOOKUP, 1), &[0; 128], &mut p, 2);
