@@ -5,9 +5,10 @@
 //! Variants (each a daemon started by the suite — `quire mount --foreground --kind K` — with 4
 //! serving threads, over the same source directory and files):
 //! - `quire`: quire's page cache (`--capacity` = the budget) and dentry cache; direct I/O opens.
-//! - `passthrough`: every request straight to the backing files, direct I/O opens, no cache in
-//!   the daemon: reads are `pread`s served by the kernel's page cache of the *backing* file
-//!   system, behind the same round trip. Its daemon runs in a cgroup-v1 memory group limited to
+//! - `passthrough`: quire's file system without its data cache (`quire_fuse::Passthrough`: the
+//!   same metadata operations, every read and write straight to the backing file), direct I/O
+//!   opens, no cache in the daemon: reads are `pread`s served by the kernel's page cache of the
+//!   *backing* file system, behind the same round trip. Its daemon runs in a cgroup-v1 memory group limited to
 //!   the budget (plus the daemon's own resident memory at start), so that the page cache it
 //!   fills is held to the budget too; where no memory group can be made, the suite says why and
 //!   runs it unlimited.
