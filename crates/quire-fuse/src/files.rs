@@ -212,7 +212,8 @@ pub struct Opened {
 
 /// Every file served through the cache, by identity.
 pub struct Files {
-    cache: PageCache,
+    /// `None` for a file system whose data does not go through quire ([`Files::none`]).
+    cache: Option<PageCache>,
     map: Mutex<HashMap<Identity, Arc<FileData>>>,
     /// Files with no handle open, oldest first, kept for their cached data.
     closed: Mutex<VecDeque<Identity>>,
@@ -225,7 +226,7 @@ impl Files {
     /// A table over `cache`, keeping at most `max_closed` files with no open handle.
     pub fn new(cache: PageCache, max_closed: usize) -> Files {
         Files {
-            cache,
+            cache: Some(cache),
             map: Mutex::new(HashMap::new()),
             closed: Mutex::new(VecDeque::new()),
             max_closed,
@@ -233,9 +234,22 @@ impl Files {
         }
     }
 
-    /// The page cache.
-    pub fn cache(&self) -> &PageCache {
-        &self.cache
+    /// A table without a page cache, for a file system whose data path is elsewhere (the
+    /// passthrough, [`crate::fs::Passthrough`]): it holds no file, and [`Files::open`] answers
+    /// `ENOSYS`.
+    pub fn none() -> Files {
+        Files {
+            cache: None,
+            map: Mutex::new(HashMap::new()),
+            closed: Mutex::new(VecDeque::new()),
+            max_closed: 0,
+            revalidated: AtomicU64::new(0),
+        }
+    }
+
+    /// The page cache (`None` for [`Files::none`]).
+    pub fn cache(&self) -> Option<&PageCache> {
+        self.cache.as_ref()
     }
 
     /// The file with this identity, if it is open or kept.
@@ -270,11 +284,11 @@ impl Files {
 
     /// [`Files::open`] with a descriptor already open (a file just created).
     pub fn adopt(&self, ident: Identity, opened: Opened) -> Result<Arc<FileData>, fuser::Errno> {
+        let cache = self.cache.as_ref().ok_or(fuser::Errno::ENOSYS)?;
         let store =
             FileStore::from_fd(opened.fd, opened.path).map_err(|e| crate::errno::of_store(&e))?;
         let backing = Arc::new(Backing::new(store).map_err(crate::errno::of_sys)?);
-        let main = self
-            .cache
+        let main = cache
             .open(backing.clone())
             .map_err(|e| crate::errno::of_filemap(&e))?;
         let fresh = Arc::new(FileData {

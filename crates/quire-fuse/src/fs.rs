@@ -44,12 +44,14 @@ use rustix::thread::CapabilitySet;
 mod attr;
 mod dir;
 mod file;
+mod passthrough;
 mod state;
 mod xattr;
 
 use attr::*;
 pub use attr::{attr_of, statx_fd};
 pub use file::WriteBehind;
+pub use passthrough::Passthrough;
 
 use crate::creds::{Caller, DaemonCreds};
 use crate::errno;
@@ -206,8 +208,10 @@ impl Space {
         };
         // Data under write-back counts too: its blocks may not be taken yet (requests in
         // flight in the I/O engine).
-        let st = s.files.cache().stats();
-        let dirty = ((st.dirty_frames + st.writeback_frames) as i64) << 12;
+        let dirty = s.files.cache().map_or(0, |c| {
+            let st = c.stats();
+            ((st.dirty_frames + st.writeback_frames) as i64) << 12
+        });
         let room = free - dirty;
         if room < len {
             self.estimate.store(room, Ordering::Release);
@@ -227,6 +231,19 @@ impl QuireFs {
     /// A file system serving `src` through a page cache of `cfg.capacity` bytes, ready to
     /// mount.
     pub fn new(src: &Path, cfg: FsConfig) -> Result<Fuse<QuireFs>, SetupError> {
+        let mut cc = CacheConfig::new(cfg.capacity);
+        // Data dirty for long is written back within a second or two, as the kernel does for
+        // its own page cache (a little later than `dirty_writeback_centisecs`).
+        cc.dirty_expire = Duration::from_secs(2);
+        cc.readahead_max = cfg.readahead;
+        let cache = PageCache::new(cc)?;
+        Ok(Fuse::new(QuireFs::build(src, cfg, Some(cache))?))
+    }
+
+    /// The file system over `src` with `cache` as its data cache; without one, the tree alone
+    /// (names, attributes, directories, xattrs), whose data operations answer `ENOSYS`, for
+    /// [`Passthrough`] to serve data its own way.
+    fn build(src: &Path, cfg: FsConfig, cache: Option<PageCache>) -> Result<QuireFs, SetupError> {
         let nodes = Nodes::new(
             src,
             DcacheConfig {
@@ -237,14 +254,11 @@ impl QuireFs {
                 ..DcacheConfig::default()
             },
         )?;
-        let mut cc = CacheConfig::new(cfg.capacity);
-        // Data dirty for long is written back within a second or two, as the kernel does for
-        // its own page cache (a little later than `dirty_writeback_centisecs`).
-        cc.dirty_expire = Duration::from_secs(2);
-        cc.readahead_max = cfg.readahead;
-        let cache = PageCache::new(cc)?;
-        let files = Files::new(cache, cfg.max_closed_files);
-        Ok(Fuse::new(QuireFs {
+        let files = match cache {
+            Some(cache) => Files::new(cache, cfg.max_closed_files),
+            None => Files::none(),
+        };
+        Ok(QuireFs {
             state: Arc::new(FsState {
                 nodes,
                 files,
@@ -259,7 +273,7 @@ impl QuireFs {
                 mmap_allowed: AtomicBool::new(false),
                 creds: DaemonCreds::current(),
             }),
-        }))
+        })
     }
 
     /// The shared state (for writing everything back from another thread, and for tests).
@@ -530,13 +544,7 @@ impl Serve for QuireFs {
     ) -> R<(FileAttr, Open)> {
         let s = &self.state;
         s.counters.op(Op::Create);
-        let (_, pd) = s.parent_dentry(parent)?;
-        let excl = flags & libc::O_EXCL != 0;
-        let perm = Mode::from_raw_mode(mode & 0o7777);
-        // The file is made as the caller (an empty regular file, exactly what O_CREAT|O_EXCL
-        // makes: the caller's owner and group, the kernel's set-group-id rules), then opened
-        // by the daemon for its one read-write backing descriptor. Without O_EXCL, a name that
-        // exists already is opened as it is (the kernel checked the caller may).
+        // Opened by the daemon for its one read-write backing descriptor.
         let open = |dir: BorrowedFd<'_>, name: &OsStr| {
             let base = OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC;
             match rustix::fs::openat(dir, name, base | OFlags::DIRECT, Mode::empty()) {
@@ -544,25 +552,11 @@ impl Serve for QuireFs {
                 r => r,
             }
         };
-        let (d, st, fd) = s
-            .nodes
-            .dcache()
-            .make_at(&pd, name, |dir, name| {
-                let made = s.as_caller(req, CapabilitySet::empty(), || {
-                    rustix::fs::mknodat(dir, name, rustix::fs::FileType::RegularFile, perm, 0)
-                });
-                match made {
-                    Err(rustix::io::Errno::EXIST) if !excl => {}
-                    r => r?,
-                }
-                open(dir, name)
-            })
-            .map_err(|e| errno::of_dcache(&e))?;
-        if u32::from(st.stx_mode) & libc::S_IFMT != libc::S_IFREG {
-            return Err(Errno::EISDIR);
-        }
-        let path = s.nodes.dcache().path_of(&d);
-        let node = s.nodes.remember(d);
+        let (node, st, fd) = s.create_file(req, parent, name, mode, flags, open)?;
+        let path = match s.dentry(&node) {
+            Ok(d) => s.nodes.dcache().path_of(&d),
+            Err(_) => PathBuf::from(name),
+        };
         let ident = node.ident;
         let opened = Opened {
             fd,

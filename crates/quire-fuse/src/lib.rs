@@ -3,7 +3,8 @@
 //! its write-back, and its dentry cache — so that unmodified programs (dd, fio, sqlite, git,
 //! tar) run on it.
 //!
-//! - [`fs`]: [`QuireFs`], the file system.
+//! - [`fs`]: [`QuireFs`], the file system, and [`Passthrough`], the same file system with its
+//!   data read and written straight from the backing files (the benchmark's comparison).
 //! - [`serve`]: the layer every file system here is served through: [`Serve`] (one method per
 //!   operation, returning its answer) and [`Fuse`], fuser's `Filesystem` over any of them.
 //! - [`creds`]: acting as the caller (its ids, groups and capabilities) where a request
@@ -29,6 +30,6 @@ mod ring;
 pub mod serve;
 pub mod stats;
 
-pub use fs::{FsConfig, FsState, QuireFs};
+pub use fs::{FsConfig, FsState, Passthrough, QuireFs};
 pub use mount::{probe_max_file_size, ChannelChoice, MountOptions};
 pub use serve::{Fuse, Serve};

@@ -8,9 +8,10 @@
 //!   Every variant's daemon takes the mount's default channel: FUSE over io_uring where the
 //!   kernel offers it (the suite prints which).
 //! - `quire-classic`: the same on the classic `/dev/fuse` channel (`--channel classic`).
-//! - `passthrough`: every request straight to the backing files, direct I/O opens, no cache in
-//!   the daemon: reads are `pread`s served by the kernel's page cache of the *backing* file
-//!   system, behind the same round trip. Its daemon runs in a cgroup-v1 memory group limited to
+//! - `passthrough`: quire's file system without its data cache (`quire_fuse::Passthrough`: the
+//!   same metadata operations, every read and write straight to the backing file), direct I/O
+//!   opens, no cache in the daemon: reads are `pread`s served by the kernel's page cache of the
+//!   *backing* file system, behind the same round trip. Its daemon runs in a cgroup-v1 memory group limited to
 //!   the budget (plus the daemon's own resident memory at start), so that the page cache it
 //!   fills is held to the budget too; where no memory group can be made, the suite says why and
 //!   runs it unlimited.

@@ -6,23 +6,23 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context};
 use quire_fuse::mount::{serve, MountOptions};
 use quire_fuse::stats::STATS_XATTR;
-use quire_fuse::{probe_max_file_size, FsConfig, QuireFs};
+use quire_fuse::{probe_max_file_size, FsConfig, Passthrough, QuireFs};
 use quire_object::{Backing, BackingConfig, ObjectCache, ObjectFs, ObjectFsConfig};
 use std::time::Duration;
 
 use empty::Empty;
-use passthrough::Passthrough;
 
-// The `fuse` benchmark's comparisons: `--kind passthrough`, `passthrough-cached` and `empty`.
+// The `fuse` benchmark's comparison `--kind empty` (`passthrough` and `passthrough-cached` are
+// quire-fuse's `Passthrough`: quire's file system without its data cache).
 mod empty;
-mod passthrough;
 
 /// Which file system to serve (`passthrough*` and `empty` are the benchmark's comparisons).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Kind {
     /// quire's page cache and dentry cache.
     Quire,
-    /// Straight to the backing files, direct I/O, no cache in the daemon.
+    /// quire's file system without its data cache: reads and writes straight to the backing
+    /// files, direct I/O opens, no cache in the daemon.
     Passthrough,
     /// The same with the kernel's FUSE page cache on.
     PassthroughCached,
@@ -214,7 +214,8 @@ fn run(a: &MountArgs, ready: impl FnOnce()) -> anyhow::Result<()> {
         }
         Kind::Passthrough | Kind::PassthroughCached => {
             opts.subtype = "quire-passthrough".into();
-            let fs = Passthrough::new(&src, a.kind == Kind::PassthroughCached)?;
+            let fs = Passthrough::new(&src, a.kind == Kind::PassthroughCached)
+                .context("setting up the file system")?;
             serve(fs, &a.mnt, &opts, || {}, ready)
                 .with_context(|| format!("mounting at {}", a.mnt.display()))
         }

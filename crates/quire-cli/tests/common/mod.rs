@@ -238,6 +238,23 @@ impl Setup {
         }
     }
 
+    /// [`Setup::new`] with more `quire mount` arguments (`--kind`, `--allow-other`...).
+    pub fn with(tag: &str, capacity: &str, extra: &[&str]) -> Option<Setup> {
+        let dir = Scratch::new(tag);
+        fs::create_dir(dir.path("src")).unwrap();
+        fs::create_dir(dir.path("mnt")).unwrap();
+        match Mount::start_with(&dir.path("src"), &dir.path("mnt"), capacity, extra) {
+            Ok(m) => Some(Setup {
+                mount: Some(m),
+                dir,
+            }),
+            Err(why) => {
+                skip(&why);
+                None
+            }
+        }
+    }
+
     pub fn src(&self, rel: &str) -> PathBuf {
         self.dir.path("src").join(rel)
     }

@@ -107,26 +107,37 @@ impl FsState {
         let w = h.written.fetch_add(n as u64, Ordering::Relaxed) + n as u64;
         if w >= WRITE_BEHIND_EVERY {
             h.written.store(0, Ordering::Relaxed);
-            let cache = s.files.cache();
-            let dirty = (cache.stats().dirty_frames as u64) << 12;
-            if dirty > cache.config().dirty_background as u64 {
-                behind = WriteBehind(Some(h.file.clone()));
+            // A handle exists only where the table has a cache.
+            if let Some(cache) = s.files.cache() {
+                let dirty = (cache.stats().dirty_frames as u64) << 12;
+                if dirty > cache.config().dirty_background as u64 {
+                    behind = WriteBehind(Some(h.file.clone()));
+                }
             }
         }
         Ok((n as u32, behind))
     }
 
-    /// Clears the set-user-id bit, and the set-group-id bit where the file is group-executable
-    /// or the caller is not in its group, before a write by a caller without `CAP_FSETID` —
-    /// what the kernel's `file_remove_privs` does for a write (`setattr_should_drop_suidgid`),
-    /// and does not do for a FUSE file opened for direct I/O.
-    #[doc(alias = "file_remove_privs")]
+    /// [`FsState::kill_privs_fd`] on `file`'s backing file, then notes the change as made
+    /// through the mount.
     pub(super) fn kill_privs(&self, req: &Req, file: &FileData) -> R<()> {
+        if self.kill_privs_fd(req, file.backing.fd())? {
+            file.backing.restamp();
+        }
+        Ok(())
+    }
+
+    /// Clears the set-user-id bit, and the set-group-id bit where the file is group-executable
+    /// or the caller is not in its group, of the open file `fd` before a write by a caller
+    /// without `CAP_FSETID` — what the kernel's `file_remove_privs` does for a write
+    /// (`setattr_should_drop_suidgid`), and does not do for a FUSE file opened for direct I/O.
+    /// `false` where the caller holds `CAP_FSETID` (the file was not looked at).
+    #[doc(alias = "file_remove_privs")]
+    pub(super) fn kill_privs_fd(&self, req: &Req, fd: BorrowedFd<'_>) -> R<bool> {
         let caller = Caller::of(req);
         if caller.capable(CapabilitySet::FSETID) {
-            return Ok(());
+            return Ok(false);
         }
-        let fd = file.backing.fd();
         let st = statx_fd(fd).map_err(errno::of_sys)?;
         let mode = u32::from(st.stx_mode) & 0o7777;
         let mut kept = mode & !libc::S_ISUID;
@@ -137,8 +148,7 @@ impl FsState {
         if kept != mode {
             rustix::fs::fchmod(fd, Mode::from_raw_mode(kept)).map_err(errno::of_sys)?;
         }
-        file.backing.restamp();
-        Ok(())
+        Ok(true)
     }
 
     /// `SEEK_DATA` and `SEEK_HOLE` (the kernel answers the other kinds itself): the file's

@@ -22,14 +22,16 @@ impl FsState {
     /// The counters, as `quire stat` prints them.
     pub fn render_stats(&self) -> String {
         let mut out = String::new();
-        let cs = self.files.cache().stats();
         use std::fmt::Write as _;
-        let _ = writeln!(out, "capacity_bytes {}", self.cfg.capacity);
-        let _ = writeln!(out, "frames {}", cs.frames);
-        let _ = writeln!(out, "free_frames {}", cs.free_frames);
-        let _ = writeln!(out, "cached_frames {}", cs.cached_frames);
-        let _ = writeln!(out, "dirty_frames {}", cs.dirty_frames);
-        let _ = writeln!(out, "mappings {}", cs.files);
+        // Without a page cache (the passthrough), no figures of one.
+        if let Some(cs) = self.files.cache().map(|c| c.stats()) {
+            let _ = writeln!(out, "capacity_bytes {}", self.cfg.capacity);
+            let _ = writeln!(out, "frames {}", cs.frames);
+            let _ = writeln!(out, "free_frames {}", cs.free_frames);
+            let _ = writeln!(out, "cached_frames {}", cs.cached_frames);
+            let _ = writeln!(out, "dirty_frames {}", cs.dirty_frames);
+            let _ = writeln!(out, "mappings {}", cs.files);
+        }
         let _ = writeln!(out, "files_open_or_kept {}", self.files.len());
         let _ = writeln!(
             out,
@@ -94,6 +96,15 @@ impl FsState {
             return Err(Errno::ESTALE);
         }
         Ok(st)
+    }
+
+    /// Opens `node`'s file with `flags` (never following a symbolic link), checked to be that
+    /// file; with its attributes.
+    pub(super) fn open_node(&self, node: &Node, flags: OFlags) -> R<(OwnedFd, rustix::fs::Statx)> {
+        let d = self.dentry(node)?;
+        let fd = self.open_name(&d, flags)?.map_err(errno::of_sys)?;
+        let st = Self::check_same(node, &fd)?;
+        Ok((fd, st))
     }
 
     pub(super) fn handle(&self, fh: FileHandle) -> R<Arc<Handle>> {
@@ -335,6 +346,43 @@ impl FsState {
         Ok(attr_of(node.id, &st))
     }
 
+    /// CREATE's tree side: makes the regular file `name` in `parent` as the caller (an empty
+    /// file, exactly what `O_CREAT|O_EXCL` makes: the caller's owner and group, the kernel's
+    /// set-group-id rules), then opens it with `open` as the daemon, for the descriptor the
+    /// data path uses. Without `O_EXCL` in `flags`, a name that exists already is opened as it
+    /// is (the kernel checked the caller may). One kernel lookup of the node answered with.
+    pub(super) fn create_file(
+        &self,
+        req: &Req,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        flags: i32,
+        open: impl FnOnce(BorrowedFd<'_>, &OsStr) -> rustix::io::Result<OwnedFd>,
+    ) -> R<(Arc<Node>, rustix::fs::Statx, OwnedFd)> {
+        let (_, pd) = self.parent_dentry(parent)?;
+        let excl = flags & libc::O_EXCL != 0;
+        let perm = Mode::from_raw_mode(mode & 0o7777);
+        let (d, st, fd) = self
+            .nodes
+            .dcache()
+            .make_at(&pd, name, |dir, name| {
+                let made = self.as_caller(req, CapabilitySet::empty(), || {
+                    rustix::fs::mknodat(dir, name, rustix::fs::FileType::RegularFile, perm, 0)
+                });
+                match made {
+                    Err(rustix::io::Errno::EXIST) if !excl => {}
+                    r => r?,
+                }
+                open(dir, name)
+            })
+            .map_err(|e| errno::of_dcache(&e))?;
+        if u32::from(st.stx_mode) & libc::S_IFMT != libc::S_IFREG {
+            return Err(Errno::EISDIR);
+        }
+        Ok((self.nodes.remember(d), st, fd))
+    }
+
     // ---- attributes ------------------------------------------------------------------------
 
     pub(super) fn set_attr(&self, node: &Node, set: &SetAttr) -> R<rustix::fs::Statx> {
@@ -351,9 +399,7 @@ impl FsState {
                     f.touch();
                 }
                 None => {
-                    let d = self.dentry(node)?;
-                    let fd = self.open_name(&d, OFlags::WRONLY)?.map_err(errno::of_sys)?;
-                    Self::check_same(node, &fd)?;
+                    let (fd, _) = self.open_node(node, OFlags::WRONLY)?;
                     rustix::fs::ftruncate(&fd, size).map_err(errno::of_sys)?;
                 }
             }
@@ -373,6 +419,34 @@ impl FsState {
                 opath.as_fd()
             }
         };
+        self.set_meta(node, set, fd, || {
+            if let Some(f) = &file {
+                // Data still cached would get a new modification time when written back:
+                // write it back first, so the times set now stay.
+                f.main.flush().map_err(|e| errno::of_filemap(&e))?;
+                f.untouch();
+            }
+            Ok(())
+        })?;
+        if let Some(f) = &file {
+            f.backing.restamp();
+        }
+        self.stat_node(node)
+    }
+
+    /// SETATTR's owner, mode and times of `node`, on `fd` (its open file, or an `O_PATH`
+    /// descriptor of it); `before_times` runs before times are set. The length is the
+    /// caller's to change (it is where the data path is).
+    pub(super) fn set_meta(
+        &self,
+        node: &Node,
+        set: &SetAttr,
+        fd: BorrowedFd<'_>,
+        before_times: impl FnOnce() -> R<()>,
+    ) -> R<()> {
+        let (mode, uid, gid, atime, mtime) = (set.mode, set.uid, set.gid, set.atime, set.mtime);
+        let rest = mode.is_some() || uid.is_some() || gid.is_some() || atime.is_some();
+        let rest = rest || mtime.is_some();
         // A change of nothing (`chown(f, -1, -1)`, which the kernel still sends) changes the
         // file's ctime on Linux: so it does here, through the same call on the backing file.
         if uid.is_some() || gid.is_some() || (!rest && set.size.is_none()) {
@@ -400,12 +474,7 @@ impl FsState {
             .map_err(errno::of_sys)?;
         }
         if atime.is_some() || mtime.is_some() {
-            if let Some(f) = &file {
-                // Data still cached would get a new modification time when written back:
-                // write it back first, so the times set now stay.
-                f.main.flush().map_err(|e| errno::of_filemap(&e))?;
-                f.untouch();
-            }
+            before_times()?;
             let ts = |t: Option<TimeOrNow>| match t {
                 None => Timespec {
                     tv_sec: 0,
@@ -453,10 +522,7 @@ impl FsState {
                     .map_err(errno::of_sys)?;
             }
         }
-        if let Some(f) = &file {
-            f.backing.restamp();
-        }
-        self.stat_node(node)
+        Ok(())
     }
 
     // ---- extended attributes -----------------------------------------------------------------
