@@ -280,10 +280,9 @@ pub(crate) fn channel_chosen(c: crate::stats::Channel) {
     crate::stats::set_channel(c);
 }
 
-/// Watches the rings' registration: if the kernel refuses an entry it serves everything
-/// through `/dev/fuse` (the classic threads are there), and that is recorded; if io_uring was
-/// required, the daemon ends instead, which unmounts with an error for its users.
-pub(crate) fn watch_ring(shared: Arc<crate::ring::Shared>, total: usize, required: bool) {
+/// Watches the rings' registration for a while: if the kernel refuses an entry it serves
+/// everything through `/dev/fuse` (the classic threads are there), and that is recorded.
+pub(crate) fn watch_ring(shared: Arc<crate::ring::Shared>) {
     let _ = std::thread::Builder::new()
         .name("quire-ring-watch".into())
         .spawn(move || {
@@ -296,13 +295,6 @@ pub(crate) fn watch_ring(shared: Arc<crate::ring::Shared>, total: usize, require
                     c.uring = false;
                     c.why = format!("the kernel refused the rings ({why})");
                     channel_chosen(c);
-                    if required {
-                        eprintln!("quire: io_uring was required (QUIRE_REQUIRE_FUSE_URING=1 or --channel uring): stopping");
-                        std::process::exit(1);
-                    }
-                    return;
-                }
-                if shared.registered.load(Relaxed) >= total {
                     return;
                 }
                 std::thread::sleep(std::time::Duration::from_millis(5));

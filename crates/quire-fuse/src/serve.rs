@@ -276,14 +276,26 @@ impl<'a> ReadBuf<'a> {
 }
 
 /// Work an operation leaves for after its reply is sent (see [`Serve::write`]).
-pub trait AfterReply {
-    /// Does it (on the thread that served the request, after the kernel has its answer).
+pub trait AfterReply: Send + 'static {
+    /// Does it (after the kernel has its answer: on the thread that served the request on the
+    /// classic channel, on a thread of its own on the io_uring channel, whose serving thread
+    /// takes the CPU's next request at once).
     fn run(self);
+
+    /// Whether there is nothing to do (no thread is started for it).
+    fn is_empty(&self) -> bool {
+        false
+    }
 }
 
 impl AfterReply for () {
     #[inline]
     fn run(self) {}
+
+    #[inline]
+    fn is_empty(&self) -> bool {
+        true
+    }
 }
 
 /// A file system served through [`Fuse`]: one method per FUSE operation. Each takes what the

@@ -199,6 +199,22 @@ impl ObjectCache {
         })
     }
 
+    /// Takes the cache's file of `name` out of the index when the object was replaced (a
+    /// rename over it) and it has nothing to upload, even while handles still have it open:
+    /// those keep the file they opened, the next open reads the new object. Returns whether it
+    /// did.
+    pub fn replaced(&self, name: &str) -> Result<bool, ObjectError> {
+        let key = self.backing.key(name)?;
+        let mut files = self.files.lock();
+        match files.get(&key) {
+            Some(e) if !e.object.pending() => {
+                files.remove(&key);
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
     /// Drops the cache's file of `name` if no handle has it open and it has nothing to
     /// upload; returns whether it did. Its folios go with it.
     pub fn forget(&self, name: &str) -> Result<bool, ObjectError> {

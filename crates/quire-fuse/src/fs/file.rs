@@ -16,6 +16,10 @@ impl AfterReply for WriteBehind {
             let _ = file.main.flush();
         }
     }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_none()
+    }
 }
 
 impl FsState {

@@ -49,30 +49,27 @@ pub(crate) fn serve<S: Serve>(
     let in_len = in_len.min(payload.len());
     // A file system that panics answers EIO: the request must be answered, or its caller
     // would wait for ever and the queue would be an entry short.
-    let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        run(fs, h, arg, payload, in_len, &mut after)
-    }))
-    .unwrap_or(Err(Fail::Failed(Errno::EIO)));
-    match ran {
-        Ok(len) => Answer {
-            error: 0,
-            len,
-            after,
-        },
-        Err(f) => {
-            let e = match f {
-                Fail::Failed(e) => {
-                    fs.failed(e);
-                    e
-                }
-                Fail::Answer(e) => e,
-            };
-            Answer {
-                error: -e.code(),
-                len: 0,
-                after: None,
+    let answered = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        match run(fs, h, arg, payload, in_len, &mut after) {
+            Ok(len) => (0, len),
+            Err(Fail::Failed(e)) => {
+                fs.failed(e);
+                (-e.code(), 0)
             }
+            Err(Fail::Answer(e)) => (-e.code(), 0),
         }
+    }));
+    match answered {
+        Ok((error, len)) => Answer {
+            error,
+            len,
+            after: if error == 0 { after } else { None },
+        },
+        Err(_) => Answer {
+            error: -libc::EIO,
+            len: 0,
+            after: None,
+        },
     }
 }
 
@@ -110,7 +107,8 @@ fn xattr(payload: &mut [u8], size: u32, x: Xattr) -> R {
             o.u32(0)?;
             Ok(o.len())
         }
-        Xattr::Value(v) if v.len() > size as usize => Err(Fail::Failed(Errno::ERANGE)),
+        // The caller's buffer is too small: its answer, not the file system's failure.
+        Xattr::Value(v) if v.len() > size as usize => Err(Fail::Answer(Errno::ERANGE)),
         Xattr::Value(v) => {
             let mut o = Out::new(payload);
             o.bytes(&v)?;
@@ -265,20 +263,27 @@ fn run<S: Serve>(
         op::READ => {
             let (fh, offset, size) = (FileHandle(a64(arg, 0)?), a64(arg, 8)?, a32(arg, 16)?);
             let size = (size as usize).min(payload.len());
-            let base = payload.as_mut_ptr();
             let (ptr, n) = {
                 let data = fs.read(ino, fh, offset, ReadBuf::fixed(&mut payload[..size]))?;
-                (data.as_ptr(), data.len().min(size))
+                (data.as_ptr() as usize, data.len().min(size))
             };
-            if ptr != base.cast_const() {
-                // The file system answered from bytes it holds (not from the payload it was
-                // lent): copy them in. `copy` allows the two to overlap.
-                // SAFETY: `ptr` points to `n` readable bytes that outlive this call (they are
-                // borrowed from `fs`, which outlives it, or from the payload), and `base` to
-                // `payload.len() >= n` writable bytes that no live reference borrows now.
-                unsafe { std::ptr::copy(ptr, base, n) };
+            let start = payload.as_ptr() as usize;
+            if ptr >= start && ptr < start + payload.len() {
+                // Read into the payload it was lent (at its start, or further in).
+                let off = ptr - start;
+                let n = n.min(payload.len() - off);
+                if off != 0 {
+                    payload.copy_within(off..off + n, 0);
+                }
+                Ok(n)
+            } else {
+                // The file system answered from bytes it holds: copy them in.
+                // SAFETY: `ptr` is the start of `n` bytes the file system returned, borrowed
+                // from `fs` (which outlives this call) and outside the payload; the payload is
+                // borrowed afresh here and `n <= payload.len()`.
+                unsafe { std::ptr::copy_nonoverlapping(ptr as *const u8, payload.as_mut_ptr(), n) };
+                Ok(n)
             }
-            Ok(n)
         }
         op::WRITE => {
             let (fh, offset, size) = (FileHandle(a64(arg, 0)?), a64(arg, 8)?, a32(arg, 16)?);
@@ -386,7 +391,9 @@ fn run<S: Serve>(
             o.u64(off as u64)?;
             Ok(o.len())
         }
-        _ => Err(Fail::Failed(Errno::ENOSYS)),
+        // An operation this file system does not serve (the kernel remembers some of these
+        // answers and stops asking): not a failure, as fuser answers it too.
+        _ => Err(Fail::Answer(Errno::ENOSYS)),
     }
 }
 
@@ -429,10 +436,18 @@ impl DirPlusOut for Dir<'_> {
     }
 }
 
-/// Runs what a request left for after its reply.
+/// Runs what a request left for after its reply, on a thread of its own: the serving thread's
+/// entry is the first the kernel fills with the CPU's next request (it reuses the entry
+/// committed last), which must not wait behind this work. A panic in it ends that thread only.
 pub(crate) fn run_after<A: AfterReply>(a: Option<A>) {
-    if let Some(a) = a {
-        a.run();
+    let Some(a) = a.filter(|a| !a.is_empty()) else {
+        return;
+    };
+    if let Err(e) = std::thread::Builder::new()
+        .name("quire-fuse-after".into())
+        .spawn(move || a.run())
+    {
+        eprintln!("quire-fuse: no thread for write-behind ({e}); it is left to the flusher");
     }
 }
 

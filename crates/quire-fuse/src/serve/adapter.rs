@@ -145,13 +145,13 @@ impl RingSlot {
 /// the largest of a minimum read buffer, `max_write`, and `max_pages` pages (from the larger of
 /// `max_write` and `max_readahead`, as fuser reports it).
 fn ring_payload(config: &mut KernelConfig) -> usize {
-    const PAGE: usize = 4096;
+    let page = rustix::param::page_size();
     let max_write = config.set_max_write(1 << 20).unwrap_or(1 << 20);
     let _ = config.set_max_write(max_write);
     let ra = config.set_max_readahead(1 << 20).unwrap_or(1 << 20);
     let _ = config.set_max_readahead(ra);
-    let pages = (max_write.max(ra) as usize).div_ceil(PAGE);
-    (8192usize).max(max_write as usize).max(pages * PAGE)
+    let pages = (max_write.max(ra) as usize).div_ceil(page);
+    (8192usize).max(max_write as usize).max(pages * page)
 }
 
 impl<S> Deref for Fuse<S> {
@@ -223,11 +223,7 @@ impl<S: Serve> Filesystem for Fuse<S> {
         let offered = config
             .capabilities()
             .contains(fuser::InitFlags::FUSE_OVER_IO_URING);
-        if !offered
-            || config
-                .add_capabilities(fuser::InitFlags::FUSE_OVER_IO_URING)
-                .is_err()
-        {
+        if !offered {
             let why = "the kernel did not offer FUSE_OVER_IO_URING at INIT".to_string();
             if want.required {
                 return Err(io::Error::other(format!("no io_uring channel: {why}")));
@@ -239,37 +235,67 @@ impl<S: Serve> Filesystem for Fuse<S> {
             return Ok(());
         }
         let payload = ring_payload(config);
-        let queues = crate::ring::nr_queues();
+        let fallback = |why: String| -> io::Result<()> {
+            if want.required {
+                return Err(io::Error::other(format!("no io_uring channel: {why}")));
+            }
+            crate::mount::channel_chosen(crate::stats::Channel {
+                why,
+                ..Default::default()
+            });
+            Ok(())
+        };
+        let cpus = match crate::ring::cpus() {
+            Ok(c) => c,
+            Err(e) => return fallback(e.to_string()),
+        };
         // A thread per entry: a miss holds one thread and its entry while the others serve the
         // CPU's next requests. (Two threads of two entries each served misses a third slower
         // than the classic channel at 4 fio jobs; four of one, half as fast again as it.)
         let per_queue = want.entries.max(1);
-        let per_thread = 1;
-        let ring = crate::ring::Ring::start(
+        // Rings and buffers first: only then is the channel asked for, so the kernel never
+        // waits for rings that cannot be made.
+        let ring = match crate::ring::Ring::start(
             self.fs.clone(),
             self.ring.fuse.clone(),
-            queues,
+            &cpus,
             per_queue,
-            per_thread,
             payload,
-        )?;
-        let entries = per_queue * per_thread;
+        ) {
+            Ok(r) => r,
+            Err(e) => return fallback(format!("the rings could not be made: {e}")),
+        };
+        if config
+            .add_capabilities(fuser::InitFlags::FUSE_OVER_IO_URING)
+            .is_err()
+        {
+            self.ring.fuse.set(None);
+            ring.join();
+            return fallback("the kernel did not take FUSE_OVER_IO_URING".into());
+        }
+        let queues = cpus.len();
+        let threads = cpus
+            .iter()
+            .map(|&on| if on { per_queue } else { 1 })
+            .sum::<usize>();
         crate::mount::channel_chosen(crate::stats::Channel {
             uring: true,
             queues,
-            entries,
-            buffer_bytes: (queues * entries * (payload + crate::ring::abi::HEADER_SIZE)) as u64,
+            entries: per_queue,
+            buffer_bytes: (threads * (payload + crate::ring::abi::HEADER_SIZE)) as u64,
             why: want.why,
         });
         let shared = ring.shared().clone();
         crate::stats::set_ring_counter(std::sync::Arc::new(move || shared.served()));
-        crate::mount::watch_ring(ring.shared().clone(), queues * entries, want.required);
+        crate::mount::watch_ring(ring.shared().clone());
         *self.ring.running.lock() = Some(ring);
         Ok(())
     }
 
     fn destroy(&mut self) {
-        // The connection is gone: the queues' commands end, and so do their threads.
+        // The connection is gone: the queues' commands end, and so do their threads (those
+        // still waiting for the descriptor, after a failed mount, are told there is none).
+        self.ring.fuse.set(None);
         if let Some(ring) = self.ring.running.lock().take() {
             ring.join();
         }

@@ -227,7 +227,10 @@ impl Serve for ObjectFs {
             h.detach(&to);
         }
         let _ = self.cache.forget(&from);
-        let _ = self.cache.forget(&to);
+        // The object at `to` was replaced: a handle of the old one still open (its RELEASE may
+        // come after this, from another CPU's queue) must not leave its cached file to the
+        // next open.
+        let _ = self.cache.replaced(&to);
         let mut nodes = self.nodes.lock();
         nodes.unname(&to);
         if let Some(ino) = nodes.by_path.remove(&from) {
