@@ -142,8 +142,6 @@ pub(crate) struct Ring {
 /// What the queues report.
 #[derive(Debug, Default)]
 pub(crate) struct Shared {
-    /// Entries the kernel accepted.
-    pub registered: AtomicUsize,
     /// Entries whose registration failed (the kernel then serves everything through
     /// `/dev/fuse`).
     pub refused: AtomicUsize,
@@ -393,10 +391,7 @@ impl Queue {
                     live -= 1;
                     continue;
                 }
-                if !registered[idx] {
-                    registered[idx] = true;
-                    shared.registered.fetch_add(1, Ordering::Relaxed);
-                }
+                registered[idx] = true;
                 // SAFETY: the entry's command completed: the kernel wrote a request into its
                 // buffers and does not touch them until the next command is submitted.
                 let (header, payload) = unsafe { entry_buffers(e) };
