@@ -23,6 +23,18 @@
     doc = "- `fs` (feature `fuse`): `ObjectFs`, the bucket as a FUSE file system (`quire mount \
            s3://…`), and exactly what it does and does not do."
 )]
+#![cfg_attr(
+    feature = "object-store-013",
+    doc = "- [`compat013`] (feature `object-store-013`): [`As014`](compat013::As014) and \
+           [`As013`](compat013::As013), a store of object_store 0.13 (DataFusion 55's) as one of \
+           0.14 (this crate's) and the other way round."
+)]
+#![cfg_attr(
+    not(feature = "object-store-013"),
+    doc = "- `compat013` (feature `object-store-013`): `As014` and `As013`, a store of \
+           object_store 0.13 (DataFusion 55's) as one of 0.14 (this crate's) and the other way \
+           round."
+)]
 //! - [`ObjectStats`]: requests by kind, bytes, HTTP attempts (so retries), errors, in flight.
 //!
 //! Errors at a file-system boundary are errnos: a missing object `ENOENT`, an object changed
@@ -34,6 +46,8 @@
 
 pub mod backing;
 pub mod cache;
+#[cfg(feature = "object-store-013")]
+pub mod compat013;
 pub mod counters;
 pub mod file;
 #[cfg(feature = "fuse")]
