@@ -128,6 +128,22 @@ impl ObjectCache {
         self.open_at(key, Some(version), false)
     }
 
+    /// Drops the files of objects that no handle has open, with nothing to upload and no
+    /// folio cached (an index entry costs memory of its own, whatever it caches); returns
+    /// how many are left.
+    pub(crate) fn sweep_idle(&self) -> usize {
+        let mut files = self.files.lock();
+        files.retain(|_, e| {
+            Arc::strong_count(e) > 1 || e.object.pending() || e.file.cached_frames() > 0
+        });
+        files.len()
+    }
+
+    /// Whether the cache holds a file of `key`.
+    pub(crate) fn has_key(&self, key: &Path) -> bool {
+        self.files.lock().contains_key(key)
+    }
+
     /// Drops the cache's file of `key` from the index if it has nothing to upload (handles keep
     /// theirs): the next open starts afresh.
     pub(crate) fn drop_key(&self, key: &Path) {

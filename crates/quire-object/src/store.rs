@@ -111,6 +111,10 @@ pub struct CachedStoreConfig {
     pub coalesce: u64,
     /// How misses reach the inner store: the largest ranged GET, retries, runtime threads.
     pub backing: BackingConfig,
+    /// The most objects whose metadata is kept (default 65 536; each costs a few hundred bytes,
+    /// and an object with cached bytes also its cache file's index). Past it, the objects with
+    /// nothing cached are forgotten first, then others until half are left.
+    pub max_objects: usize,
     /// Where the disk tier finds this store's objects again after a restart: a name for the
     /// store that stays the same across processes (default: the inner store's `Display`, such
     /// as `AmazonS3(bucket)`).
@@ -126,6 +130,7 @@ impl Default for CachedStoreConfig {
             chunk: 1 << 20,
             coalesce: object_store::OBJECT_STORE_COALESCE_DEFAULT,
             backing: BackingConfig::default(),
+            max_objects: 1 << 16,
             name: None,
         }
     }
@@ -160,6 +165,8 @@ pub struct CachedStoreStats {
     pub invalidated: u64,
     /// Reads retried because the object was replaced behind the store's back.
     pub replaced: u64,
+    /// Objects whose metadata is kept now (at most [`CachedStoreConfig::max_objects`]).
+    pub objects: u64,
 }
 
 impl CachedStoreStats {
@@ -179,7 +186,7 @@ impl fmt::Display for CachedStoreStats {
             f,
             "reads {} (hits {}, misses {}), heads {}, metadata requests {}, bypassed {}, \
              bytes served {}, bytes fetched {} in {} GETs, written through {}, invalidated {}, \
-             replaced {}",
+             replaced {}, objects {}",
             self.reads,
             self.hits,
             self.misses,
@@ -191,7 +198,8 @@ impl fmt::Display for CachedStoreStats {
             self.get_requests,
             self.written_through,
             self.invalidated,
-            self.replaced
+            self.replaced,
+            self.objects
         )
     }
 }
@@ -349,6 +357,7 @@ impl CachedStore {
             written_through: get(&c.written_through),
             invalidated: get(&c.invalidated),
             replaced: get(&c.replaced),
+            objects: self.shared.metas.lock().len() as u64,
         }
     }
 
@@ -398,6 +407,22 @@ impl Shared {
         bump(&self.counters.invalidated, 1);
     }
 
+    /// Keeps the metadata (and cache files) of at most half of `max_objects`: the objects
+    /// with nothing cached go first.
+    fn shrink(&self) {
+        self.cache.sweep_idle();
+        let keep = (self.config.max_objects / 2).max(1);
+        let mut metas = self.metas.lock();
+        metas.retain(|k, _| self.cache.has_key(k));
+        if metas.len() > keep {
+            let extra: Vec<Path> = metas.keys().skip(keep).cloned().collect();
+            for k in extra {
+                metas.remove(&k);
+                self.cache.drop_key(&k);
+            }
+        }
+    }
+
     /// `location`'s metadata: cached, or by one request (`fresh`: always by request).
     async fn meta(&self, location: &Path, fresh: bool) -> Result<Meta> {
         if !fresh {
@@ -445,7 +470,14 @@ impl Shared {
             attributes: r.attributes,
             checked: Instant::now(),
         };
-        self.metas.lock().insert(location.clone(), m.clone());
+        let over = {
+            let mut metas = self.metas.lock();
+            metas.insert(location.clone(), m.clone());
+            metas.len() > self.config.max_objects.max(1)
+        };
+        if over {
+            self.shrink();
+        }
         Ok(m)
     }
 

@@ -66,3 +66,35 @@ fn reads_match_the_inner_store_and_second_reads_send_nothing() {
         ));
     });
 }
+
+#[test]
+fn the_metadata_kept_is_bounded_and_reads_stay_right() {
+    let inner: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    for i in 0..40 {
+        put(&inner, &format!("o{i}"), &pattern(5000 + i, i as u64));
+    }
+    let config = quire_object::CachedStoreConfig {
+        max_objects: 8,
+        ..Default::default()
+    };
+    let store = CachedStore::with_config(
+        inner.clone(),
+        PageCache::new(CacheConfig::new(MIB)).unwrap(),
+        config,
+    )
+    .unwrap();
+    rt().block_on(async {
+        for round in 0..2 {
+            for i in 0..40 {
+                let p = Path::from(format!("o{i}"));
+                let got = store.get(&p).await.unwrap().bytes().await.unwrap();
+                assert_eq!(
+                    &got[..],
+                    &pattern(5000 + i, i as u64)[..],
+                    "round {round} o{i}"
+                );
+                assert!(store.stats().objects <= 8, "{}", store.stats());
+            }
+        }
+    });
+}
