@@ -773,7 +773,10 @@ impl ObjectStore for CachedStore {
         let s = &self.shared;
         if hint(&opts.extensions) == Some(CacheHint::Bypass) {
             bump(&s.counters.bypassed, 1);
-            return s.inner.put_opts(location, payload, opts).await;
+            let r = s.inner.put_opts(location, payload, opts).await;
+            // The cache is not filled, but what it held of the object is no longer it.
+            s.forget(location);
+            return r;
         }
         let size = payload.content_length() as u64;
         let kept = payload.clone();
