@@ -118,6 +118,41 @@ impl ObjectCache {
         Ok(h)
     }
 
+    /// Opens `key` at `version`, which the caller already knows (no HEAD): the cached file is
+    /// moved to it if it held another version, as [`open`](Self::open) does.
+    pub(crate) fn open_version(
+        &self,
+        key: Path,
+        version: Version,
+    ) -> Result<ObjectHandle, ObjectError> {
+        self.open_at(key, Some(version), false)
+    }
+
+    /// Drops the files of objects that no handle has open, with nothing to upload and no
+    /// folio cached (an index entry costs memory of its own, whatever it caches); returns
+    /// how many are left.
+    pub(crate) fn sweep_idle(&self) -> usize {
+        let mut files = self.files.lock();
+        files.retain(|_, e| {
+            Arc::strong_count(e) > 1 || e.object.pending() || e.file.cached_frames() > 0
+        });
+        files.len()
+    }
+
+    /// Whether the cache holds a file of `key`.
+    pub(crate) fn has_key(&self, key: &Path) -> bool {
+        self.files.lock().contains_key(key)
+    }
+
+    /// Drops the cache's file of `key` from the index if it has nothing to upload (handles keep
+    /// theirs): the next open starts afresh.
+    pub(crate) fn drop_key(&self, key: &Path) {
+        let mut files = self.files.lock();
+        if files.get(key).is_some_and(|e| !e.object.pending()) {
+            files.remove(key);
+        }
+    }
+
     /// The object's current version, by HEAD.
     fn head(&self, key: &Path) -> Result<Version, ObjectError> {
         let inner = self.backing.inner.clone();
@@ -325,6 +360,11 @@ impl ObjectHandle {
     /// [`fsync`](Self::fsync), then closes the handle.
     pub fn close(self) -> Result<(), FilemapError> {
         self.fsync()
+    }
+
+    /// The object's store (crate-internal: the write-through fill).
+    pub(crate) fn object(&self) -> &Arc<FileInner> {
+        &self.entry.object
     }
 
     /// The cached file under the handle (no version checks).

@@ -177,6 +177,36 @@ pub(crate) struct FileInner {
     /// One upload at a time.
     upload: Mutex<()>,
     stream: Mutex<Option<Stream>>,
+    /// The bytes of a version this process just uploaded through
+    /// [`CachedStore`](crate::CachedStore), served to the cache's misses instead of GETs while
+    /// it fills the file with them (write-through).
+    prefill: Mutex<Option<Prefill>>,
+}
+
+/// An uploaded version's bytes, as the chunks of its payload.
+pub(crate) struct Prefill {
+    pub(crate) e_tag: String,
+    pub(crate) payload: object_store::PutPayload,
+}
+
+impl Prefill {
+    /// Copies `dst.len()` bytes at `off` out of the payload; false if it does not hold them.
+    fn copy(&self, off: u64, dst: &mut [u8]) -> bool {
+        let mut at = 0u64;
+        let mut done = 0usize;
+        for chunk in self.payload.iter() {
+            let end = at + chunk.len() as u64;
+            let want = off + done as u64;
+            if done < dst.len() && want < end && want >= at {
+                let from = (want - at) as usize;
+                let n = (chunk.len() - from).min(dst.len() - done);
+                dst[done..done + n].copy_from_slice(&chunk[from..from + n]);
+                done += n;
+            }
+            at = end;
+        }
+        done == dst.len()
+    }
 }
 
 impl Drop for FileInner {
@@ -228,6 +258,7 @@ impl ObjectFile {
                 }),
                 upload: Mutex::new(()),
                 stream: Mutex::new(None),
+                prefill: Mutex::new(None),
             }),
         }
     }
@@ -251,6 +282,12 @@ impl FileInner {
         s.remote_valid = remote.size;
         s.len = remote.size;
         s.remote = Some(remote);
+    }
+
+    /// Serves misses of the version tagged `prefill.e_tag` from `prefill` (`None`: from the
+    /// store again).
+    pub(crate) fn set_prefill(&self, prefill: Option<Prefill>) {
+        *self.prefill.lock() = prefill;
     }
 
     /// Makes the file a new, empty object's (an open with `O_TRUNC` or a create): its length 0,
@@ -337,6 +374,13 @@ impl FileInner {
                 }
                 Seg::Zero { len } => at += len,
                 Seg::Remote { off, len } => {
+                    // Bytes this process just uploaded need no GET.
+                    if let (Some(p), Some(t)) = (&*self.prefill.lock(), &tag) {
+                        if p.e_tag == *t && p.copy(off, &mut out[at..at + len]) {
+                            at += len;
+                            continue;
+                        }
+                    }
                     // What the disk tier has is copied in; the rest is fetched.
                     let missing = match (&self.tier, &tag) {
                         (Some(tier), Some(t)) => {

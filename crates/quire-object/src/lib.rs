@@ -12,6 +12,8 @@
 //! - [`ObjectCache`]: the page cache in front of it, with close-to-open consistency
 //!   ([`cache`] says exactly what it promises); [`ObjectHandle`]: an open object.
 //! - [`mod@file`]: one object as a [`quire::Store`], and where each byte of it comes from.
+//! - [`CachedStore`]: an [`object_store::ObjectStore`] that wraps any other and serves its reads
+//!   from the cache — what a query engine (DataFusion, `parquet`, delta-rs, lance, SlateDB) takes.
 //! - [`DiskTier`]: the second tier, clean folios evicted from memory kept on local disk.
 #![cfg_attr(
     feature = "fuse",
@@ -52,6 +54,7 @@ pub mod counters;
 pub mod file;
 #[cfg(feature = "fuse")]
 pub mod fs;
+pub mod store;
 pub mod tier;
 
 pub use backing::{errno_of, Backing, BackingConfig};
@@ -60,6 +63,7 @@ pub use counters::{ObjectStats, Request};
 pub use file::Version;
 #[cfg(feature = "fuse")]
 pub use fs::{ObjectFs, ObjectFsConfig};
+pub use store::{CacheHint, CachedStore, CachedStoreConfig, CachedStoreStats, WritePolicy};
 pub use tier::{DiskTier, TierStats};
 
 /// The readahead window a cache in front of object storage should allow
