@@ -954,6 +954,58 @@ fn a_file_answer_arrives_as_the_same_bytes() {
     });
 }
 
+/// `cached`: a 0.13 store behind the cache as a 0.13 store, reads byte for byte the store's,
+/// a second read sent nowhere; and a `CacheHint` put in 0.13's options reaches the cache.
+#[test]
+fn a_cached_013_store_reads_through_the_cache() {
+    use object_store_013::{GetOptions, GetRange, ObjectStore, ObjectStoreExt as _};
+    use quire::{CacheConfig, PageCache};
+    use quire_object::compat013::{cached, As014};
+    use quire_object::{CacheHint, CachedStore};
+
+    let data: Vec<u8> = (0..3_000_000u32).map(|i| (i * 7 % 253) as u8).collect();
+    let rt = rt();
+    let key = object_store_013::path::Path::from("t/part-0.parquet");
+    let mem = || PageCache::new(CacheConfig::new(32 << 20)).unwrap();
+
+    let probe = Arc::new(probe13::Probe::default());
+    rt.block_on(probe.put(&key, data.clone().into())).unwrap();
+    probe.take();
+    let s = cached(probe.clone(), mem()).unwrap();
+    rt.block_on(async {
+        for range in [
+            GetRange::Bounded(10..100_000),
+            GetRange::Offset(2_000_000),
+            GetRange::Suffix(8),
+        ] {
+            let opts = GetOptions::new().with_range(Some(range.clone()));
+            let ours = s.get_opts(&key, opts.clone()).await.unwrap();
+            let theirs = probe.mem.get_opts(&key, opts).await.unwrap();
+            assert_eq!(ours.range, theirs.range, "{range:?}");
+            assert_eq!(ours.bytes().await.unwrap(), theirs.bytes().await.unwrap());
+        }
+        assert_eq!(s.get(&key).await.unwrap().bytes().await.unwrap(), data);
+        assert!(!probe.take().is_empty(), "the first reads reach the store");
+        assert_eq!(s.get(&key).await.unwrap().bytes().await.unwrap(), data);
+        assert_eq!(s.head(&key).await.unwrap().size, 3_000_000);
+        assert_eq!(probe.take(), Vec::<String>::new(), "cached: nothing sent");
+    });
+
+    // The long form keeps the CachedStore for its counters.
+    let store = CachedStore::new(Arc::new(As014::new(probe.clone())), mem()).unwrap();
+    let s = As013::new(Arc::new(store.clone()));
+    rt.block_on(async {
+        s.get(&key).await.unwrap().bytes().await.unwrap();
+        let mut bypass = GetOptions::new().with_range(Some(0..10));
+        bypass.extensions.insert(CacheHint::Bypass);
+        let r = s.get_opts(&key, bypass).await.unwrap();
+        assert_eq!(r.bytes().await.unwrap(), data[..10]);
+    });
+    let stats = store.stats();
+    assert_eq!(stats.bypassed, 1, "{stats}");
+    assert!(stats.reads >= 1, "{stats}");
+}
+
 /// Keys with the characters a path keeps as they are (`%`, braces, spaces, non-ASCII).
 const KEYS: &[&str] = &["a", "b", "d/x", "d/y", "d/e/z", "e/%41 {x}", "e/ü ✓"];
 const PREFIXES: &[&str] = &["d", "d/e", "e", "zz"];

@@ -9,8 +9,9 @@
 //! - [`As014`] wraps a 0.13 store for a 0.14 user: a store DataFusion made (or any 0.13
 //!   implementation) given to [`Backing::with_store`](crate::Backing::with_store), and so
 //!   cached by quire.
-//! - [`As013`] wraps a 0.14 store for a 0.13 user: quire-object's store (or any 0.14
-//!   implementation) given to DataFusion's `register_object_store`.
+//! - [`As013`] wraps a 0.14 store for a 0.13 user: quire-object's [`CachedStore`] (or any 0.14
+//!   implementation) given to DataFusion's `register_object_store`; [`cached`] does both in
+//!   one call.
 //!
 //! Every method is delegated, the provided ones too (`get_ranges`, `list_with_offset`,
 //! `rename_opts`): a store's own version of them (one GET of several ranges, a listing that
@@ -28,6 +29,32 @@
 //!   reading the same range of the same file;
 //! - an error variant the other version lacks (0.14's `JoinError`, in 0.13 only with its
 //!   `tokio` feature) arrives as `Generic`, the original error its source.
+//!
+//! # Cached, for DataFusion
+//!
+//! [`cached`] is the one line for a 0.13 user: a 0.13 store behind a [`CachedStore`], as a 0.13
+//! store. Per-call [`CacheHint`](crate::CacheHint)s go in the 0.13 options' `extensions` as
+//! they would in 0.14's (the extensions cross unchanged). For the cache's
+//! [`stats`](CachedStore::stats), build the three layers yourself and keep the `CachedStore`
+//! (a clone shares its state):
+//!
+//! ```
+//! # use std::sync::Arc;
+//! # use quire::{CacheConfig, PageCache};
+//! # use quire_object::compat013::{As013, As014};
+//! # use quire_object::CachedStore;
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let from_datafusion: Arc<dyn object_store_013::ObjectStore> =
+//! #     Arc::new(object_store_013::memory::InMemory::new());
+//! let cache = PageCache::new(CacheConfig::new(256 << 20))?;
+//! let store = CachedStore::new(Arc::new(As014::new(from_datafusion)), cache)?;
+//! let for_datafusion: Arc<dyn object_store_013::ObjectStore> =
+//!     Arc::new(As013::new(Arc::new(store.clone())));
+//! // … register `for_datafusion`, run queries …
+//! println!("{}", store.stats());
+//! # Ok(())
+//! # }
+//! ```
 //!
 //! Wrapping twice (`As013` over `As014` over a store) is correct, and costs a conversion per
 //! value each time; unwrap rather than wrap where you can ([`As013::into_inner`]).
@@ -75,5 +102,49 @@
 mod adapter;
 mod convert;
 
+use std::sync::Arc;
+
+use quire::PageCache;
+
 pub use adapter::as013::As013;
 pub use adapter::as014::As014;
+
+use crate::{CachedStore, CachedStoreConfig, DiskTier, ObjectError};
+
+/// `inner`, a store of object_store 0.13, behind quire's cache ([`CachedStore`] with its
+/// default configuration), as a 0.13 store: what DataFusion 55's `register_object_store` takes.
+///
+/// ```
+/// # use std::sync::Arc;
+/// # use quire::{CacheConfig, PageCache};
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let s3: Arc<dyn object_store_013::ObjectStore> =
+/// #     Arc::new(object_store_013::memory::InMemory::new());
+/// let cache = PageCache::new(CacheConfig::new(256 << 20))?;
+/// let store = Arc::new(quire_object::compat013::cached(s3, cache)?);
+/// // ctx.register_object_store(&url, store);
+/// # Ok(())
+/// # }
+/// ```
+pub fn cached(
+    inner: Arc<dyn object_store_013::ObjectStore>,
+    cache: PageCache,
+) -> Result<As013, ObjectError> {
+    cached_with(inner, cache, CachedStoreConfig::default(), None)
+}
+
+/// As [`cached`], configured, with a disk tier under the memory cache if `tier` is given
+/// ([`CachedStore::with_tier`]).
+pub fn cached_with(
+    inner: Arc<dyn object_store_013::ObjectStore>,
+    cache: PageCache,
+    config: CachedStoreConfig,
+    tier: Option<DiskTier>,
+) -> Result<As013, ObjectError> {
+    let inner: Arc<dyn object_store::ObjectStore> = Arc::new(As014::new(inner));
+    let store = match tier {
+        Some(tier) => CachedStore::with_tier(inner, cache, config, tier)?,
+        None => CachedStore::with_config(inner, cache, config)?,
+    };
+    Ok(As013::new(Arc::new(store)))
+}
