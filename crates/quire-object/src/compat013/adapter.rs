@@ -66,7 +66,6 @@ macro_rules! adapter {
         }
 
         #[async_trait::async_trait]
-        #[deny(clippy::missing_trait_methods)]
         impl ::$outer::ObjectStore for $name {
             async fn put_opts(
                 &self,
@@ -187,7 +186,6 @@ macro_rules! adapter {
         struct Upload(Box<dyn ::$inner::MultipartUpload>);
 
         #[async_trait::async_trait]
-        #[deny(clippy::missing_trait_methods)]
         impl MultipartUpload for Upload {
             fn put_part(&mut self, data: PutPayload) -> UploadPart {
                 self.0
