@@ -13,6 +13,8 @@
 //!   ([`cache`] says exactly what it promises); [`ObjectHandle`]: an open object.
 //! - [`mod@file`]: one object as a [`quire::Store`], and where each byte of it comes from.
 //! - [`DiskTier`]: the second tier, clean folios evicted from memory kept on local disk.
+//! - [`mod@budget`]: what the cache holds beside its page cache, each part bounded, and the
+//!   bound on its resident memory ([`MemoryStats`], `quire stat`'s `memory_*` lines).
 #![cfg_attr(
     feature = "fuse",
     doc = "- [`fs`] (feature `fuse`): [`ObjectFs`], the bucket as a FUSE file system (`quire mount \
@@ -33,14 +35,17 @@
 #![warn(unreachable_pub)]
 
 pub mod backing;
+pub mod budget;
 pub mod cache;
 pub mod counters;
 pub mod file;
 #[cfg(feature = "fuse")]
 pub mod fs;
+mod spill;
 pub mod tier;
 
 pub use backing::{errno_of, Backing, BackingConfig};
+pub use budget::MemoryStats;
 pub use cache::{ObjectCache, ObjectHandle};
 pub use counters::{ObjectStats, Request};
 pub use file::Version;
