@@ -43,8 +43,8 @@ pub mod counters;
 pub mod file;
 #[cfg(feature = "fuse")]
 pub mod fs;
-pub mod store;
 mod spill;
+pub mod store;
 pub mod tier;
 
 pub use backing::{errno_of, Backing, BackingConfig};

@@ -27,8 +27,9 @@
 //!
 //! # Memory
 //!
-//! Offers wait for the writer in a queue of at most [`QUEUED_MAX`] bytes (past it they are
-//! dropped, and counted). The chunk files stay out of the kernel's page cache (see
+//! Offers wait for the writer in a queue of at most [`QUEUED_MAX`] bytes. An offer that finds
+//! it full waits up to [`OFFER_WAIT`] for room (reclaim slowed to the disk's pace, as the
+//! kernel's reclaim is by write-back), and only then is dropped, and counted. The chunk files stay out of the kernel's page cache (see
 //! [`crate::spill`]): the writer writes out and drops what it wrote after each batch of at most
 //! [`crate::spill::FLUSH_AT`] bytes, and a read drops the pages it read.
 
@@ -41,7 +42,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::sync::Arc;
 
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 
 use crate::ObjectError;
 
@@ -228,10 +229,16 @@ pub(crate) struct TierInner {
     state: Mutex<State>,
     counts: Counts,
     queue: Mutex<Option<SyncSender<Msg>>>,
-    /// Bytes offered and not yet written: offers past [`QUEUED_MAX`] are dropped.
+    /// Bytes offered and not yet written: at most [`QUEUED_MAX`] (an offer past it waits, then
+    /// is dropped).
     queued: AtomicU64,
     queued_max: AtomicU64,
+    /// Offers waiting for room in the queue park here; the writer wakes them.
+    room: (Mutex<()>, Condvar),
 }
+
+/// How long an offer waits for room in a full queue before it is dropped.
+pub const OFFER_WAIT: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// The most bytes of offers waiting for the writer (copies of evicted folios: memory beside the
 /// page cache's, so part of the stated overhead). Reclaim offers faster than a disk takes them
@@ -311,6 +318,7 @@ impl DiskTier {
             queue: Mutex::new(None),
             queued: AtomicU64::new(0),
             queued_max: AtomicU64::new(0),
+            room: (Mutex::new(()), Condvar::new()),
         });
         inner.shrink_to(limit);
         let (tx, rx) = sync_channel::<Msg>(256);
@@ -385,6 +393,8 @@ fn writer(tier: std::sync::Weak<TierInner>, rx: Receiver<Msg>) {
                 Msg::Put(p) => {
                     t.write(p.object, p.offset, &p.data, &mut touched);
                     t.queued.fetch_sub(p.data.len() as u64, Ordering::Relaxed);
+                    let _g = t.room.0.lock();
+                    t.room.1.notify_all();
                     batch += p.data.len() as u64;
                 }
                 Msg::Drain(done) => {
@@ -417,12 +427,22 @@ impl TierInner {
         };
         let pages = data.len().div_ceil(PAGE) as u64;
         let n = data.len() as u64;
-        let now = self.queued.fetch_add(n, Ordering::Relaxed) + n;
-        if now > QUEUED_MAX {
+        let deadline = std::time::Instant::now() + OFFER_WAIT;
+        let now = loop {
+            let now = self.queued.fetch_add(n, Ordering::Relaxed) + n;
+            if now <= QUEUED_MAX || n > QUEUED_MAX {
+                break now;
+            }
             self.queued.fetch_sub(n, Ordering::Relaxed);
-            self.counts.dropped.fetch_add(pages, Ordering::Relaxed);
-            return;
-        }
+            let mut g = self.room.0.lock();
+            // Re-checked under the lock the writer wakes under: no wake-up is missed.
+            if self.queued.load(Ordering::Relaxed) + n > QUEUED_MAX
+                && self.room.1.wait_until(&mut g, deadline).timed_out()
+            {
+                self.counts.dropped.fetch_add(pages, Ordering::Relaxed);
+                return;
+            }
+        };
         self.queued_max.fetch_max(now, Ordering::Relaxed);
         let p = Put {
             object,
