@@ -33,7 +33,8 @@ pub struct BackingConfig {
     pub single_put_max: u64,
     /// The size of a multipart upload's parts (S3 wants at least 5 MiB but for the last).
     pub part_size: usize,
-    /// Parts uploaded at once.
+    /// Parts uploaded at once, by all the backing's files together: upload buffers never hold
+    /// more than `parts_in_flight` × `part_size` bytes ([`BackingConfig::upload_bound`]).
     pub parts_in_flight: usize,
     /// Uploads are conditional (`If-Match` on the version an object was read at, create-only
     /// for a new one), so two writers don't silently overwrite each other. Turn off for
@@ -56,13 +57,39 @@ impl Default for BackingConfig {
             range_size: 1 << 20,
             single_put_max: 16 << 20,
             part_size: 8 << 20,
-            parts_in_flight: 8,
+            parts_in_flight: 4,
             conditional_writes: true,
             runtime_threads: 2,
             options: Vec::new(),
         }
     }
 }
+
+impl BackingConfig {
+    /// The most bytes of upload buffers the backing holds at once, its files together: parts
+    /// read from staging and being sent, a single PUT's body (a body larger than this waits
+    /// until no other upload holds any).
+    pub fn upload_bound(&self) -> u64 {
+        (self.parts_in_flight.max(1) * self.part_size.max(5 << 20)) as u64
+    }
+}
+
+/// Room taken in the backing's upload budget: `bytes` of upload buffers, given back when
+/// dropped.
+pub(crate) struct UploadRoom {
+    _permit: tokio::sync::OwnedSemaphorePermit,
+    counters: Arc<Counters>,
+    bytes: u64,
+}
+
+impl Drop for UploadRoom {
+    fn drop(&mut self) {
+        self.counters.upload_freed(self.bytes);
+    }
+}
+
+/// The upload budget counts in pages.
+const ROOM_UNIT: u64 = 4096;
 
 /// What a backing's files share.
 pub(crate) struct BackingInner {
@@ -73,6 +100,8 @@ pub(crate) struct BackingInner {
     pub(crate) counters: Arc<Counters>,
     pub(crate) config: BackingConfig,
     pub(crate) url: String,
+    /// The upload budget, [`BackingConfig::upload_bound`] in pages.
+    uploads: Arc<tokio::sync::Semaphore>,
 }
 
 /// A bucket (or prefix of one) that quire caches objects of.
@@ -268,6 +297,9 @@ impl Backing {
             url: url.to_string(),
             why: e.to_string(),
         })?;
+        let uploads = Arc::new(tokio::sync::Semaphore::new(
+            config.upload_bound().div_ceil(ROOM_UNIT) as usize,
+        ));
         Ok(Backing {
             inner: Arc::new(BackingInner {
                 store,
@@ -276,6 +308,7 @@ impl Backing {
                 counters,
                 config,
                 url: url.to_string(),
+                uploads,
             }),
         })
     }
@@ -337,6 +370,42 @@ impl Backing {
 }
 
 impl BackingInner {
+    /// Pages of the upload budget that `bytes` of buffers take (all of it at most).
+    fn room_units(&self, bytes: u64) -> u32 {
+        let all = self.config.upload_bound().div_ceil(ROOM_UNIT);
+        bytes.div_ceil(ROOM_UNIT).clamp(1, all) as u32
+    }
+
+    fn room(&self, permit: tokio::sync::OwnedSemaphorePermit, bytes: u64) -> UploadRoom {
+        self.counters.upload_held(bytes);
+        UploadRoom {
+            _permit: permit,
+            counters: self.counters.clone(),
+            bytes,
+        }
+    }
+
+    /// Waits for room for `bytes` of upload buffers.
+    pub(crate) async fn upload_room(&self, bytes: u64) -> UploadRoom {
+        let permit = self
+            .uploads
+            .clone()
+            .acquire_many_owned(self.room_units(bytes))
+            .await
+            .expect("the upload budget is never closed");
+        self.room(permit, bytes)
+    }
+
+    /// Room for `bytes` of upload buffers if there is some now.
+    pub(crate) fn try_upload_room(&self, bytes: u64) -> Option<UploadRoom> {
+        let permit = self
+            .uploads
+            .clone()
+            .try_acquire_many_owned(self.room_units(bytes))
+            .ok()?;
+        Some(self.room(permit, bytes))
+    }
+
     pub(crate) fn key(&self, name: &str) -> Result<Path, ObjectError> {
         let name = name.trim_matches('/');
         let bad = |why: String| ObjectError::Key {

@@ -58,6 +58,13 @@ pub struct Counters {
     http_attempts: AtomicU64,
     http_failed: AtomicU64,
     stale: AtomicU64,
+    /// Bytes of upload buffers held now (parts and single PUTs being read or sent), and the
+    /// most at once.
+    upload_bytes: AtomicU64,
+    upload_bytes_max: AtomicU64,
+    /// Bytes written to staging files that may still be in the kernel's page cache (see
+    /// [`crate::spill`]).
+    pub(crate) staging_cached: std::sync::Arc<AtomicU64>,
 }
 
 impl Counters {
@@ -91,6 +98,15 @@ impl Counters {
         self.stale.fetch_add(1, Ordering::Relaxed);
     }
 
+    pub(crate) fn upload_held(&self, n: u64) {
+        let now = self.upload_bytes.fetch_add(n, Ordering::Relaxed) + n;
+        self.upload_bytes_max.fetch_max(now, Ordering::Relaxed);
+    }
+
+    pub(crate) fn upload_freed(&self, n: u64) {
+        self.upload_bytes.fetch_sub(n, Ordering::Relaxed);
+    }
+
     /// The counts now.
     pub fn snapshot(&self) -> ObjectStats {
         ObjectStats {
@@ -103,6 +119,9 @@ impl Counters {
             http_attempts: self.http_attempts.load(Ordering::Relaxed),
             http_failed: self.http_failed.load(Ordering::Relaxed),
             stale: self.stale.load(Ordering::Relaxed),
+            upload_bytes: self.upload_bytes.load(Ordering::Relaxed),
+            upload_bytes_max: self.upload_bytes_max.load(Ordering::Relaxed),
+            staging_cached_bytes: self.staging_cached.load(Ordering::Relaxed),
         }
     }
 }
@@ -152,6 +171,14 @@ pub struct ObjectStats {
     /// Reads refused because the object changed under an open reader (`ESTALE`), and opens
     /// that found a newer version than the cached one.
     pub stale: u64,
+    /// Bytes of upload buffers held now (bounded by the backing's upload budget,
+    /// `parts_in_flight` × `part_size`).
+    pub upload_bytes: u64,
+    /// The most upload buffer bytes held at once.
+    pub upload_bytes_max: u64,
+    /// Bytes written to staging files that may still be in the kernel's page cache (written and
+    /// not yet written out and dropped; an upper bound).
+    pub staging_cached_bytes: u64,
 }
 
 impl ObjectStats {
@@ -185,6 +212,13 @@ impl fmt::Display for ObjectStats {
         writeln!(f, "object_http_attempts {}", self.http_attempts)?;
         writeln!(f, "object_http_failed {}", self.http_failed)?;
         writeln!(f, "object_retries {}", self.retries())?;
-        writeln!(f, "object_stale {}", self.stale)
+        writeln!(f, "object_stale {}", self.stale)?;
+        writeln!(f, "object_upload_bytes {}", self.upload_bytes)?;
+        writeln!(f, "object_upload_bytes_max {}", self.upload_bytes_max)?;
+        writeln!(
+            f,
+            "object_staging_cached_bytes {}",
+            self.staging_cached_bytes
+        )
     }
 }

@@ -17,8 +17,6 @@
 //! partial writes).
 
 use std::collections::BTreeMap;
-use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -32,6 +30,7 @@ use quire::store::{Op, ReadRequest, Store, StoreError};
 
 use crate::backing::{errno_error, store_error, BackingInner};
 use crate::counters::Request;
+use crate::spill::StagingFile;
 use crate::tier::{ObjectId, TierInner};
 
 type Result<T> = std::result::Result<T, StoreError>;
@@ -117,7 +116,7 @@ enum Seg {
     Staged {
         off: u64,
         len: usize,
-        file: Arc<File>,
+        file: Arc<StagingFile>,
     },
     Remote {
         off: u64,
@@ -139,7 +138,7 @@ struct State {
     len: u64,
     /// Bytes written since the last upload, and the file they are in.
     staged: Ranges,
-    staging: Option<Arc<File>>,
+    staging: Option<Arc<StagingFile>>,
     /// Changed since the last upload (written or resized).
     pending: bool,
     /// Bumped by every change.
@@ -535,6 +534,7 @@ impl FileInner {
         len: u64,
         remote: Option<Version>,
     ) -> Result<object_store::PutResult> {
+        let _room = self.backing.upload_room(len).await;
         let data = self.clone().fetch(0, len as usize, false).await?;
         if data.len() as u64 != len {
             return Err(errno_error(Op::Write, data.len() as u64, libc::EIO));
@@ -570,7 +570,9 @@ impl FileInner {
         Ok(r)
     }
 
-    /// A multipart upload: parts fetched in order, up to `parts_in_flight` uploading at once.
+    /// A multipart upload: parts fetched in order, each once it has room in the backing's upload
+    /// budget, and sent on tasks of their own (so that they finish, and give their room back,
+    /// while this one waits for room).
     /// Multipart uploads are not conditional in object_store: the version is checked with a
     /// HEAD before completing (a writer that replaces the object between that HEAD and the
     /// completion is not detected).
@@ -605,6 +607,7 @@ impl FileInner {
             }
             while off < len {
                 let l = part.min(len - off) as usize;
+                let room = self.backing.upload_room(l as u64).await;
                 let data = self.clone().fetch(off, l, false).await?;
                 if data.len() != l {
                     return Err(errno_error(Op::Write, off + data.len() as u64, libc::EIO));
@@ -612,22 +615,23 @@ impl FileInner {
                 let counters = counters.clone();
                 let fut = upload.put_part(PutPayload::from(data));
                 let at = off;
-                running.push(async move {
+                running.push(self.backing.runtime.spawn(async move {
+                    let _room = room;
                     let r = counters.start(Request::Part);
                     fut.await.map_err(|e| store_error(Op::Write, at, &e))?;
                     counters.written(l);
                     r.ok();
                     Ok::<(), StoreError>(())
-                });
+                }));
                 off += l as u64;
                 while running.len() >= depth {
                     if let Some(r) = running.next().await {
-                        r?;
+                        r.map_err(|_| errno_error(Op::Write, 0, libc::EIO))??;
                     }
                 }
             }
             while let Some(r) = running.next().await {
-                r?;
+                r.map_err(|_| errno_error(Op::Write, 0, libc::EIO))??;
             }
             if self.backing.config.conditional_writes {
                 let now = store.head(&self.key).await;
@@ -652,6 +656,9 @@ impl FileInner {
             Ok(())
         }
         .await;
+        for h in running.iter() {
+            h.abort();
+        }
         drop(running);
         match result {
             Ok(()) => {
@@ -702,7 +709,7 @@ impl FileInner {
         };
         loop {
             // Claim the next part if the staging file holds it whole.
-            let (at, file) = {
+            let (at, file, room) = {
                 let mut s = self.state.lock();
                 let at = guard.as_ref().map_or(0, |st| st.sent);
                 if s.stream_broken || s.len <= config.single_put_max {
@@ -718,8 +725,12 @@ impl FileInner {
                         return;
                     }
                 }
+                // No room in the upload budget: the part goes later, or at `sync`.
+                let Some(room) = self.backing.try_upload_room(part) else {
+                    return;
+                };
                 s.stream_sent = at + part;
-                (at, file)
+                (at, file, room)
             };
             if guard.is_none() {
                 let this = self.clone();
@@ -752,6 +763,7 @@ impl FileInner {
             let counters = self.backing.counters.clone();
             let l = part as usize;
             st.parts.push(self.backing.runtime.spawn(async move {
+                let _room = room;
                 let r = counters.start(Request::Part);
                 fut.await.map_err(|e| store_error(Op::Write, at, &e))?;
                 counters.written(l);
@@ -762,7 +774,7 @@ impl FileInner {
         }
     }
 
-    fn staging_file(&self, s: &mut State) -> Result<Arc<File>> {
+    fn staging_file(&self, s: &mut State) -> Result<Arc<StagingFile>> {
         if let Some(f) = &s.staging {
             return Ok(f.clone());
         }
@@ -770,7 +782,10 @@ impl FileInner {
             Some(d) => tempfile::tempfile_in(d),
             None => tempfile::tempfile(),
         };
-        let f = Arc::new(made.map_err(|e| io_error(Op::Write, 0, &e))?);
+        let f = Arc::new(StagingFile::new(
+            made.map_err(|e| io_error(Op::Write, 0, &e))?,
+            self.backing.counters.staging_cached.clone(),
+        ));
         s.staging = Some(f.clone());
         Ok(f)
     }

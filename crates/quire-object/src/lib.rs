@@ -15,6 +15,8 @@
 //! - [`CachedStore`]: an [`object_store::ObjectStore`] that wraps any other and serves its reads
 //!   from the cache — what a query engine (DataFusion, `parquet`, delta-rs, lance, SlateDB) takes.
 //! - [`DiskTier`]: the second tier, clean folios evicted from memory kept on local disk.
+//! - [`mod@budget`]: what the cache holds beside its page cache, each part bounded, and the
+//!   bound on its resident memory ([`MemoryStats`], `quire stat`'s `memory_*` lines).
 #![cfg_attr(
     feature = "fuse",
     doc = "- [`fs`] (feature `fuse`): [`ObjectFs`], the bucket as a FUSE file system (`quire mount \
@@ -47,6 +49,7 @@
 #![warn(unreachable_pub)]
 
 pub mod backing;
+pub mod budget;
 pub mod cache;
 #[cfg(feature = "object-store-013")]
 pub mod compat013;
@@ -54,10 +57,12 @@ pub mod counters;
 pub mod file;
 #[cfg(feature = "fuse")]
 pub mod fs;
+mod spill;
 pub mod store;
 pub mod tier;
 
 pub use backing::{errno_of, Backing, BackingConfig};
+pub use budget::MemoryStats;
 pub use cache::{ObjectCache, ObjectHandle};
 pub use counters::{ObjectStats, Request};
 pub use file::Version;

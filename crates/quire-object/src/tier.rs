@@ -24,6 +24,14 @@
 //! match (a miss). The size bound counts chunk files' allocated pages plus headers; past it the
 //! least recently used chunks are deleted. At start the directory is scanned and every chunk
 //! with a valid header is known again: a warm restart reads from disk, not the network.
+//!
+//! # Memory
+//!
+//! Offers wait for the writer in a queue of at most [`QUEUED_MAX`] bytes. An offer that finds
+//! it full waits up to [`OFFER_WAIT`] for room (reclaim slowed to the disk's pace, as the
+//! kernel's reclaim is by write-back), and only then is dropped, and counted. The chunk files stay out of the kernel's page cache (see
+//! [`crate::spill`]): the writer writes out and drops what it wrote after each batch of at most
+//! [`crate::spill::FLUSH_AT`] bytes, and a read drops the pages it read.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::{File, OpenOptions};
@@ -34,7 +42,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::sync::Arc;
 
-use parking_lot::Mutex;
+use parking_lot::{Condvar, Mutex};
 
 use crate::ObjectError;
 
@@ -123,7 +131,7 @@ impl Chunk {
 
     fn load(file: File) -> Option<Chunk> {
         let mut h = vec![0u8; CRCS + PAGES * 4];
-        file.read_exact_at(&mut h, 0).ok()?;
+        crate::spill::read_dropping(&file, &mut h, 0).ok()?;
         if &h[..8] != MAGIC {
             return None;
         }
@@ -173,10 +181,14 @@ pub struct TierStats {
     pub dropped: u64,
     /// Chunks deleted to stay under the size bound.
     pub evicted_chunks: u64,
-    /// Bytes the tier holds now, and its bound.
+    /// Bytes the tier holds now.
     pub bytes: u64,
     /// The size bound.
     pub limit: u64,
+    /// Bytes offered and waiting for the writer now (at most [`QUEUED_MAX`]).
+    pub queued: u64,
+    /// The most bytes that waited at once.
+    pub queued_max: u64,
 }
 
 impl std::fmt::Display for TierStats {
@@ -189,7 +201,9 @@ impl std::fmt::Display for TierStats {
         writeln!(f, "tier_dropped {}", self.dropped)?;
         writeln!(f, "tier_evicted_chunks {}", self.evicted_chunks)?;
         writeln!(f, "tier_bytes {}", self.bytes)?;
-        writeln!(f, "tier_limit {}", self.limit)
+        writeln!(f, "tier_limit {}", self.limit)?;
+        writeln!(f, "tier_queued_bytes {}", self.queued)?;
+        writeln!(f, "tier_queued_bytes_max {}", self.queued_max)
     }
 }
 
@@ -215,12 +229,21 @@ pub(crate) struct TierInner {
     state: Mutex<State>,
     counts: Counts,
     queue: Mutex<Option<SyncSender<Msg>>>,
-    /// Bytes offered and not yet written: offers past [`QUEUED_MAX`] are dropped.
+    /// Bytes offered and not yet written: at most [`QUEUED_MAX`] (an offer past it waits, then
+    /// is dropped).
     queued: AtomicU64,
+    queued_max: AtomicU64,
+    /// Offers waiting for room in the queue park here; the writer wakes them.
+    room: (Mutex<()>, Condvar),
 }
 
-/// The most bytes waiting for the writer.
-const QUEUED_MAX: u64 = 64 << 20;
+/// How long an offer waits for room in a full queue before it is dropped.
+pub const OFFER_WAIT: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// The most bytes of offers waiting for the writer (copies of evicted folios: memory beside the
+/// page cache's, so part of the stated overhead). Reclaim offers faster than a disk takes them
+/// only in bursts; what does not fit is dropped, which costs a later miss a GET, not data.
+pub const QUEUED_MAX: u64 = 8 << 20;
 
 /// A bounded cache of clean pages on local disk under the memory cache; see the
 /// [module docs](self).
@@ -294,6 +317,8 @@ impl DiskTier {
             counts: Counts::default(),
             queue: Mutex::new(None),
             queued: AtomicU64::new(0),
+            queued_max: AtomicU64::new(0),
+            room: (Mutex::new(()), Condvar::new()),
         });
         inner.shrink_to(limit);
         let (tx, rx) = sync_channel::<Msg>(256);
@@ -318,6 +343,8 @@ impl DiskTier {
             evicted_chunks: c.evicted.load(Ordering::Relaxed),
             bytes: self.inner.state.lock().bytes,
             limit: self.inner.limit,
+            queued: self.inner.queued.load(Ordering::Relaxed),
+            queued_max: self.inner.queued_max.load(Ordering::Relaxed),
         }
     }
 
@@ -346,18 +373,41 @@ enum Msg {
     Drain(std::sync::mpsc::Sender<()>),
 }
 
+/// Writes what is offered, in batches: a batch ends when the queue is empty or
+/// [`crate::spill::FLUSH_AT`] bytes were written, and then the files it wrote are written out
+/// and dropped from the page cache.
 fn writer(tier: std::sync::Weak<TierInner>, rx: Receiver<Msg>) {
-    while let Ok(m) = rx.recv() {
-        let Some(t) = tier.upgrade() else { return };
-        match m {
-            Msg::Put(p) => {
-                t.write(p.object, p.offset, &p.data);
-                t.queued.fetch_sub(p.data.len() as u64, Ordering::Relaxed);
-            }
-            Msg::Drain(done) => {
-                let _ = done.send(());
-            }
+    let mut touched: Vec<Arc<File>> = Vec::new();
+    let mut batch = 0u64;
+    let flush = |touched: &mut Vec<Arc<File>>, batch: &mut u64| {
+        for f in touched.drain(..) {
+            crate::spill::flush_all(&f);
         }
+        *batch = 0;
+    };
+    while let Ok(m) = rx.recv() {
+        let mut next = Some(m);
+        while let Some(m) = next.take() {
+            let Some(t) = tier.upgrade() else { return };
+            match m {
+                Msg::Put(p) => {
+                    t.write(p.object, p.offset, &p.data, &mut touched);
+                    t.queued.fetch_sub(p.data.len() as u64, Ordering::Relaxed);
+                    let _g = t.room.0.lock();
+                    t.room.1.notify_all();
+                    batch += p.data.len() as u64;
+                }
+                Msg::Drain(done) => {
+                    flush(&mut touched, &mut batch);
+                    let _ = done.send(());
+                }
+            }
+            if batch >= crate::spill::FLUSH_AT {
+                flush(&mut touched, &mut batch);
+            }
+            next = rx.try_recv().ok();
+        }
+        flush(&mut touched, &mut batch);
     }
 }
 
@@ -377,11 +427,23 @@ impl TierInner {
         };
         let pages = data.len().div_ceil(PAGE) as u64;
         let n = data.len() as u64;
-        if self.queued.fetch_add(n, Ordering::Relaxed) + n > QUEUED_MAX {
+        let deadline = std::time::Instant::now() + OFFER_WAIT;
+        let now = loop {
+            let now = self.queued.fetch_add(n, Ordering::Relaxed) + n;
+            if now <= QUEUED_MAX || n > QUEUED_MAX {
+                break now;
+            }
             self.queued.fetch_sub(n, Ordering::Relaxed);
-            self.counts.dropped.fetch_add(pages, Ordering::Relaxed);
-            return;
-        }
+            let mut g = self.room.0.lock();
+            // Re-checked under the lock the writer wakes under: no wake-up is missed.
+            if self.queued.load(Ordering::Relaxed) + n > QUEUED_MAX
+                && self.room.1.wait_until(&mut g, deadline).timed_out()
+            {
+                self.counts.dropped.fetch_add(pages, Ordering::Relaxed);
+                return;
+            }
+        };
+        self.queued_max.fetch_max(now, Ordering::Relaxed);
         let p = Put {
             object,
             offset,
@@ -394,20 +456,33 @@ impl TierInner {
         }
     }
 
-    fn write(&self, object: ObjectId, offset: u64, data: &[u8]) {
+    /// Writes `data`; the chunk files written to are added to `touched` (once each).
+    fn write(&self, object: ObjectId, offset: u64, data: &[u8], touched: &mut Vec<Arc<File>>) {
         let mut at = 0usize;
         while at < data.len() {
             let off = offset + at as u64;
             let n = (CHUNK - off % CHUNK).min((data.len() - at) as u64) as usize;
-            if self.write_chunk(object, off, &data[at..at + n]).is_err() {
-                return;
+            match self.write_chunk(object, off, &data[at..at + n]) {
+                Ok(Some(f)) => {
+                    if !touched.iter().any(|t| Arc::ptr_eq(t, &f)) {
+                        touched.push(f);
+                    }
+                }
+                Ok(None) => {}
+                Err(_) => return,
             }
             at += n;
         }
         self.shrink_to(self.limit);
     }
 
-    fn write_chunk(&self, object: ObjectId, off: u64, data: &[u8]) -> std::io::Result<()> {
+    /// Writes pages of one chunk; the chunk's file if it wrote to it.
+    fn write_chunk(
+        &self,
+        object: ObjectId,
+        off: u64,
+        data: &[u8],
+    ) -> std::io::Result<Option<Arc<File>>> {
         let key = (object, off / CHUNK);
         let file = {
             let mut s = self.state.lock();
@@ -439,7 +514,7 @@ impl TierInner {
             let first = ((off % CHUNK) as usize) / PAGE;
             if (first..first + data.len().div_ceil(PAGE)).all(|p| c.has(p)) {
                 // A version's bytes never change: what is there is these bytes already.
-                return Ok(());
+                return Ok(None);
             }
             let old = std::mem::replace(&mut c.tick, tick);
             let file = c.file.clone();
@@ -451,7 +526,7 @@ impl TierInner {
         file.write_all_at(data, HEADER + in_chunk)?;
         let mut s = self.state.lock();
         let Some(c) = s.chunks.get_mut(&key) else {
-            return Ok(()); // evicted meanwhile
+            return Ok(Some(file)); // evicted meanwhile
         };
         let before = c.bytes();
         let first = (in_chunk as usize) / PAGE;
@@ -467,7 +542,7 @@ impl TierInner {
         self.counts
             .puts
             .fetch_add(data.len().div_ceil(PAGE) as u64, Ordering::Relaxed);
-        Ok(())
+        Ok(Some(file))
     }
 
     /// Deletes least recently used chunks until the tier holds at most `limit` bytes.
@@ -529,7 +604,8 @@ impl TierInner {
                 }
                 let at = (i + p) * PAGE;
                 let buf = &mut dst[at..(i + q) * PAGE];
-                let read = file.read_exact_at(buf, HEADER + ((first + p) * PAGE) as u64);
+                let read =
+                    crate::spill::read_dropping(&file, buf, HEADER + ((first + p) * PAGE) as u64);
                 for k in p..q {
                     let page = &dst[(i + k) * PAGE..(i + k + 1) * PAGE];
                     if read.is_ok() && checksum(page) == want[k].expect("present") {

@@ -249,6 +249,23 @@ fn retry_timeout(a: &MountArgs) -> anyhow::Result<Option<Duration>> {
     }
 }
 
+/// Makes glibc's malloc serve every allocation of 256 KiB or more with a mapping of its own,
+/// unmapped when freed.
+///
+/// An object mount's large buffers (upload parts of 8 MiB, GET bodies of 1 MiB, tier offers)
+/// are short-lived and made on many threads. By default glibc raises its mmap threshold to the
+/// size of each such buffer freed (up to 32 MiB), after which they come from its per-thread
+/// arenas, whose freed memory stays resident: a 1 GiB upload left some 240 MiB of arena heap
+/// beside a 256 MiB cache. Setting the threshold turns that adjustment off.
+fn fixed_mmap_threshold() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt changes only the allocator's tuning (under its own locks), nothing a
+    // live allocation depends on.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 256 << 10);
+    }
+}
+
 /// Serves the object store at `url`: checks the bucket first (an error here mounts nothing).
 fn run_object(
     a: &MountArgs,
@@ -256,6 +273,7 @@ fn run_object(
     mut opts: MountOptions,
     ready: impl FnOnce(),
 ) -> anyhow::Result<()> {
+    fixed_mmap_threshold();
     let mut cfg = BackingConfig::default();
     if let Some(t) = retry_timeout(a)? {
         cfg.retry_timeout = t;

@@ -438,6 +438,14 @@ impl Serve for ObjectFs {
                 text.push_str(&t.stats().to_string());
             }
             text.push_str(&self.cache.page_cache().stats().to_string());
+            let memory = self.cache.memory();
+            text.push_str(&memory.to_string());
+            // The FUSE channel's buffers are the mount's, beside the cache's budget.
+            let ring = quire_fuse::stats::channel().map_or(0, |c| c.buffer_bytes);
+            text.push_str(&format!(
+                "fuse_ring_buffer_bytes {ring}\nmemory_mount_budget_bytes {}\n",
+                memory.budget + ring
+            ));
             return Ok(Xattr::Value(text.into_bytes()));
         }
         Ok(Xattr::NoValue(Errno::ENODATA))

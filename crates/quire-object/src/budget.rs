@@ -1,0 +1,119 @@
+//! What an object cache holds beside its page cache, and the bound on all of it together.
+//!
+//! The page cache's frames are `capacity` bytes, fixed at start. Beside them the cache holds,
+//! each bounded:
+//!
+//! | what | bound |
+//! |---|---|
+//! | the frames' descriptors (the memmap) | `capacity` / 64 |
+//! | upload buffers: parts and single PUT bodies being read from staging and sent, every file together | [`BackingConfig::upload_bound`]: `parts_in_flight` × `part_size` |
+//! | disk tier offers waiting for its writer | [`crate::tier::QUEUED_MAX`] (with a tier) |
+//! | staging files' pages in the kernel's page cache | 2 × [`crate::spill::FLUSH_AT`] per file being written back |
+//! | disk tier files' pages in the kernel's page cache | [`crate::spill::FLUSH_AT`] (the writer's batch) |
+//! | GET bodies and their copies, the runtime, the client, the heap | [`FIXED_OVERHEAD`] |
+//!
+//! So resident memory (and what a memory cgroup charges, page cache included) stays within
+//! [`MemoryStats::budget`]: `capacity` + `capacity` / 64 + [`FIXED_OVERHEAD`] +
+//! `parts_in_flight` × `part_size` + [`crate::tier::QUEUED_MAX`] (with a tier), plus 8 MiB per
+//! file being written at once. A FUSE mount adds its channel's buffers (`quire stat`'s
+//! `fuse_ring_buffer_bytes`).
+
+use std::sync::atomic::Ordering;
+
+use crate::{BackingConfig, ObjectCache};
+
+/// What the cache holds beside the frames and the bounded buffers above: GET bodies in flight
+/// (a readahead window of [`crate::READAHEAD_MAX`], received and copied once), the runtime and
+/// its threads' stacks, the HTTP client, the index of cached files and the heap's slack.
+pub const FIXED_OVERHEAD: u64 = 40 << 20;
+
+/// The memory an object cache holds, as `quire stat` shows it (`memory_*` lines).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MemoryStats {
+    /// The page cache's frames (`--capacity`).
+    pub frame_pool: u64,
+    /// Upload buffers held now, the most at once, and their bound.
+    pub upload: u64,
+    /// The most upload buffer bytes held at once.
+    pub upload_max: u64,
+    /// The bound on upload buffers.
+    pub upload_bound: u64,
+    /// Disk tier offers waiting for the writer now, and their bound (0 without a tier).
+    pub tier_queued: u64,
+    /// The most tier offer bytes that waited at once.
+    pub tier_queued_max: u64,
+    /// The bound on tier offers waiting.
+    pub tier_queue_bound: u64,
+    /// Staged bytes that may be in the kernel's page cache.
+    pub staging_cached: u64,
+    /// The process's resident memory (`VmRSS`), 0 where it cannot be read.
+    pub rss: u64,
+    /// The bound resident memory stays within, without a FUSE channel's buffers and the
+    /// staging page cache of files being written (see the [module docs](self)).
+    pub budget: u64,
+}
+
+/// The bound on what a cache of `capacity` bytes over a backing configured by `config` holds
+/// (see the [module docs](self)).
+pub fn budget(capacity: u64, config: &BackingConfig, tier: bool) -> u64 {
+    capacity
+        + capacity / 64
+        + FIXED_OVERHEAD
+        + config.upload_bound()
+        + if tier { crate::tier::QUEUED_MAX } else { 0 }
+}
+
+/// The process's resident memory, from `/proc/self/statm`.
+fn rss() -> u64 {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .map_or(0, |pages| pages * 4096)
+}
+
+impl ObjectCache {
+    /// What the cache holds now, against its bound.
+    pub fn memory(&self) -> MemoryStats {
+        let capacity = self.page_cache().config().capacity as u64;
+        let stats = self.backing().stats();
+        let config = self.backing().config();
+        let tier = self.tier().map(|t| t.stats());
+        MemoryStats {
+            frame_pool: capacity,
+            upload: stats.upload_bytes,
+            upload_max: stats.upload_bytes_max,
+            upload_bound: config.upload_bound(),
+            tier_queued: tier.as_ref().map_or(0, |t| t.queued),
+            tier_queued_max: tier.as_ref().map_or(0, |t| t.queued_max),
+            tier_queue_bound: if tier.is_some() {
+                crate::tier::QUEUED_MAX
+            } else {
+                0
+            },
+            staging_cached: self
+                .backing()
+                .inner
+                .counters
+                .staging_cached
+                .load(Ordering::Relaxed),
+            rss: rss(),
+            budget: budget(capacity, config, tier.is_some()),
+        }
+    }
+}
+
+impl std::fmt::Display for MemoryStats {
+    /// One `name value` line each, as `/proc/vmstat` does.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(f, "memory_frame_pool_bytes {}", self.frame_pool)?;
+        writeln!(f, "memory_upload_bytes {}", self.upload)?;
+        writeln!(f, "memory_upload_bytes_max {}", self.upload_max)?;
+        writeln!(f, "memory_upload_bound {}", self.upload_bound)?;
+        writeln!(f, "memory_tier_queued_bytes {}", self.tier_queued)?;
+        writeln!(f, "memory_tier_queued_bytes_max {}", self.tier_queued_max)?;
+        writeln!(f, "memory_tier_queue_bound {}", self.tier_queue_bound)?;
+        writeln!(f, "memory_staging_page_cache_bytes {}", self.staging_cached)?;
+        writeln!(f, "memory_rss_bytes {}", self.rss)?;
+        writeln!(f, "memory_budget_bytes {}", self.budget)
+    }
+}

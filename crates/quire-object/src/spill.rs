@@ -1,0 +1,165 @@
+//! Local files the object cache writes and reads back later — write staging files and the disk
+//! tier's chunks — kept out of the kernel's page cache.
+//!
+//! Such a file's pages are read at most once more (a staged range when it is uploaded, a tier
+//! page when a miss finds it), and what is read goes straight into quire's own frames: a copy in
+//! the kernel's page cache is a second copy of data quire already budgets. It is not free
+//! either: a memory cgroup charges the page cache its processes bring in to the group, and dirty
+//! pages cannot be reclaimed until written — a 1 GiB upload staged through the page cache filled
+//! a group of `--capacity` + 64 MiB with dirty pages and got the mount killed.
+//!
+//! So what is written is started to disk (`sync_file_range(SYNC_FILE_RANGE_WRITE)`) once
+//! [`FLUSH_AT`] bytes have gathered, and the batch before it is waited for and dropped
+//! (`posix_fadvise(POSIX_FADV_DONTNEED)`): at most 2 × [`FLUSH_AT`] bytes of a file being
+//! written are in the page cache at once, and the disk writes overlap the next batch's. What is
+//! read is dropped as soon as it is copied out.
+//!
+//! Why not `O_DIRECT`: the reads are of any length at any offset (a reader's range of a staged
+//! file), so each would need an aligned bounce buffer and its own alignment rules per file
+//! system, and tmpfs and some FUSE file systems refuse it; a write-out and a drop per few MiB
+//! gives the same bound with the kernel's own write-back. On tmpfs (a staging directory in
+//! `/tmp` on some systems) neither helps: its pages are memory until the file is deleted, so
+//! the staged bytes of a file are memory until its upload (`quire stat` shows them as
+//! `memory_staging_page_cache_bytes`).
+
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+/// Bytes written to a file between two write-outs.
+pub(crate) const FLUSH_AT: u64 = 4 << 20;
+
+/// Starts writing `off..off + len` of `f` to disk (`wait`: and waits until it is written).
+fn write_out(f: &File, off: u64, len: u64, wait: bool) {
+    let flags = if wait {
+        libc::SYNC_FILE_RANGE_WAIT_BEFORE
+            | libc::SYNC_FILE_RANGE_WRITE
+            | libc::SYNC_FILE_RANGE_WAIT_AFTER
+    } else {
+        libc::SYNC_FILE_RANGE_WRITE
+    };
+    // SAFETY: a plain system call on a descriptor `f` owns; it touches no memory of ours. An
+    // error (a file system without it) leaves the pages to the kernel's write-back, which is
+    // only slower to free them.
+    unsafe { libc::sync_file_range(f.as_raw_fd(), off as i64, len as i64, flags) };
+}
+
+/// Drops the clean pages of `off..off + len` of `f` (`len` 0: to the end) from the page cache.
+pub(crate) fn drop_cached(f: &File, off: u64, len: u64) {
+    // SAFETY: as above; advice only, its failure changes nothing but what stays cached.
+    unsafe {
+        libc::posix_fadvise(
+            f.as_raw_fd(),
+            off as i64,
+            len as i64,
+            libc::POSIX_FADV_DONTNEED,
+        )
+    };
+}
+
+/// Writes out and drops every page of `f`, waiting for the write (the disk tier's writer, after
+/// a batch of pages).
+pub(crate) fn flush_all(f: &File) {
+    write_out(f, 0, 0, true);
+    drop_cached(f, 0, 0);
+}
+
+/// Reads `buf.len()` bytes at `off` and drops them from the page cache.
+pub(crate) fn read_dropping(f: &File, buf: &mut [u8], off: u64) -> std::io::Result<()> {
+    let r = f.read_exact_at(buf, off);
+    drop_cached(f, off, buf.len() as u64);
+    r
+}
+
+/// A span of a file written since its last write-out: `lo..hi`, `bytes` written into it.
+#[derive(Clone, Copy, Debug, Default)]
+struct Span {
+    lo: u64,
+    hi: u64,
+    bytes: u64,
+}
+
+impl Span {
+    fn add(&mut self, off: u64, len: u64) {
+        if self.bytes == 0 {
+            (self.lo, self.hi) = (off, off + len);
+        } else {
+            self.lo = self.lo.min(off);
+            self.hi = self.hi.max(off + len);
+        }
+        self.bytes += len;
+    }
+}
+
+#[derive(Debug, Default)]
+struct Pending {
+    /// Written, not yet started to disk.
+    open: Span,
+    /// Started to disk, not yet waited for and dropped.
+    started: Span,
+}
+
+/// A staging file: written through the page cache, its pages written out and dropped every
+/// [`FLUSH_AT`] bytes, and dropped again as they are read (see the [module docs](self)).
+#[derive(Debug)]
+pub(crate) struct StagingFile {
+    file: File,
+    pending: Mutex<Pending>,
+    /// The backing-wide count of staged bytes that may be in the page cache (written, not yet
+    /// dropped).
+    cached: Arc<AtomicU64>,
+}
+
+impl StagingFile {
+    pub(crate) fn new(file: File, cached: Arc<AtomicU64>) -> StagingFile {
+        StagingFile {
+            file,
+            pending: Mutex::new(Pending::default()),
+            cached,
+        }
+    }
+
+    pub(crate) fn write_all_at(&self, buf: &[u8], off: u64) -> std::io::Result<()> {
+        self.file.write_all_at(buf, off)?;
+        let len = buf.len() as u64;
+        self.cached.fetch_add(len, Ordering::Relaxed);
+        let mut p = self.pending.lock();
+        p.open.add(off, len);
+        if p.open.bytes < FLUSH_AT {
+            return Ok(());
+        }
+        // The batch before is written out by now or nearly: wait for it and drop it; start this
+        // one.
+        let done = std::mem::take(&mut p.started);
+        if done.bytes > 0 {
+            write_out(&self.file, done.lo, done.hi - done.lo, true);
+            drop_cached(&self.file, done.lo, done.hi - done.lo);
+            self.cached.fetch_sub(done.bytes, Ordering::Relaxed);
+        }
+        let now = std::mem::take(&mut p.open);
+        write_out(&self.file, now.lo, now.hi - now.lo, false);
+        p.started = now;
+        Ok(())
+    }
+
+    pub(crate) fn read_exact_at(&self, buf: &mut [u8], off: u64) -> std::io::Result<()> {
+        read_dropping(&self.file, buf, off)
+    }
+
+    pub(crate) fn set_len(&self, len: u64) -> std::io::Result<()> {
+        self.file.set_len(len)
+    }
+}
+
+impl Drop for StagingFile {
+    /// The file is deleted (it was made unlinked) as it closes, and its pages with it.
+    fn drop(&mut self) {
+        let p = self.pending.get_mut();
+        self.cached
+            .fetch_sub(p.open.bytes + p.started.bytes, Ordering::Relaxed);
+    }
+}
