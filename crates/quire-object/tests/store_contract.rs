@@ -8,7 +8,7 @@ use object_store::memory::InMemory;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt as _};
 use quire::{CacheConfig, PageCache};
-use quire_object::{CachedStore, CachedStoreConfig};
+use quire_object::{CachedStore, CachedStoreConfig, DiskTier};
 
 use common::*;
 
@@ -54,4 +54,55 @@ fn the_store_can_be_dropped_inside_a_runtime() {
             .await
         })
         .expect("the task dropping the store");
+}
+
+/// A disk tier kept across a restart: a new store over the same directory reads what the
+/// first one read with no GETs, only the metadata requests.
+#[test]
+fn the_disk_tier_serves_a_new_store_after_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let a: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let objs: Vec<(Path, Vec<u8>)> = (0..3)
+        .map(|i| {
+            let d = pattern(3 * MIB + 1000 * i, 30 + i as u64);
+            put(&a, &format!("t/{i}"), &d);
+            (Path::from(format!("t/{i}")), d)
+        })
+        .collect();
+    let open = || {
+        let tier = DiskTier::open(dir.path(), 64 * MIB as u64).unwrap();
+        let s = CachedStore::with_tier(
+            a.clone(),
+            PageCache::new(CacheConfig::new(2 * MIB)).unwrap(),
+            CachedStoreConfig::default(),
+            tier.clone(),
+        )
+        .unwrap();
+        (s, tier)
+    };
+    rt().block_on(async {
+        let (s, tier) = open();
+        for (p, d) in &objs {
+            assert_eq!(&s.get(p).await.unwrap().bytes().await.unwrap()[..], &d[..]);
+        }
+        assert!(s.stats().get_requests > 0);
+        tier.drain();
+        drop(s);
+        drop(tier);
+
+        let (s, tier) = open();
+        for (p, d) in &objs {
+            assert_eq!(&s.get(p).await.unwrap().bytes().await.unwrap()[..], &d[..]);
+            let rs = s
+                .get_ranges(p, &[5..10, 2 * MIB as u64..2 * MIB as u64 + 4096])
+                .await
+                .unwrap();
+            assert_eq!(&rs[1][..], &d[2 * MIB..2 * MIB + 4096]);
+        }
+        let st = s.stats();
+        let t = tier.stats();
+        assert_eq!(t.corrupt, 0, "{t:?}");
+        assert_eq!(st.get_requests, 0, "after a restart: {st}; {t:?}");
+        assert_eq!(st.meta_requests, objs.len() as u64, "{st}");
+    });
 }
