@@ -21,7 +21,9 @@
 //! ETag drops the cached bytes of the old version. Writes made through this store are seen by
 //! its next read at once. An object replaced behind the store's back is noticed at the first
 //! miss (the GET pinned to the old ETag is refused): the read is retried once on the new
-//! version, so a caller never gets bytes of two versions in one answer.
+//! version, so a caller never gets bytes of two versions in one answer. A get whose stream has
+//! begun can't change versions: a later chunk's miss ends it with `Precondition`, and the next
+//! read is of the new version.
 //!
 //! Per call, [`CacheHint`] in the options' `extensions` sends a read straight to the inner
 //! store or revalidates it now.
@@ -549,9 +551,16 @@ impl Shared {
                     return Ok(None);
                 }
                 let to = end.min(at + chunk);
-                let b = read_span(&handle, at..to)
-                    .await
-                    .map_err(|e| read_error(&location, e))?;
+                let b = read_span(&handle, at..to).await.map_err(|e| {
+                    let e = read_error(&location, e);
+                    // Replaced or removed behind the store's back after the first chunk went
+                    // out: this answer can't change versions, but the next read must not
+                    // find the old metadata again (it would fail here again).
+                    if is_replaced(&e) || matches!(e, object_store::Error::NotFound { .. }) {
+                        shared.metas.lock().remove(&location);
+                    }
+                    e
+                })?;
                 bump(&shared.counters.bytes_served, b.len() as u64);
                 Ok(Some((b, to)))
             }

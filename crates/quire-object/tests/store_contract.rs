@@ -6,11 +6,23 @@ use std::sync::Arc;
 
 use object_store::memory::InMemory;
 use object_store::path::Path;
-use object_store::{ObjectStore, ObjectStoreExt as _};
+use object_store::{ObjectStore, ObjectStoreExt as _, PutPayload};
 use quire::{CacheConfig, PageCache};
 use quire_object::{CachedStore, CachedStoreConfig, DiskTier};
 
 use common::*;
+
+const KIB: usize = 1 << 10;
+
+/// An error's variant, as the contract names it.
+fn kind(e: &object_store::Error) -> &'static str {
+    use object_store::Error as E;
+    match e {
+        E::NotFound { .. } => "NotFound",
+        E::Precondition { .. } => "Precondition",
+        _ => "other",
+    }
+}
 
 fn store(inner: &Arc<dyn ObjectStore>, budget: usize, config: CachedStoreConfig) -> CachedStore {
     CachedStore::with_config(
@@ -19,6 +31,14 @@ fn store(inner: &Arc<dyn ObjectStore>, budget: usize, config: CachedStoreConfig)
         config,
     )
     .unwrap()
+}
+
+/// Puts `data` at `key` on `store` directly (behind the cache's back, if it has one).
+async fn aput(store: &Arc<dyn ObjectStore>, key: &str, data: &[u8]) {
+    store
+        .put(&Path::from(key), PutPayload::from(data.to_vec()))
+        .await
+        .unwrap();
 }
 
 /// A store dropped inside an async context — a task of the caller's runtime, as an engine
@@ -104,5 +124,49 @@ fn the_disk_tier_serves_a_new_store_after_a_restart() {
         assert_eq!(t.corrupt, 0, "{t:?}");
         assert_eq!(st.get_requests, 0, "after a restart: {st}; {t:?}");
         assert_eq!(st.meta_requests, objs.len() as u64, "{st}");
+    });
+}
+
+/// A whole-object get whose first chunk is cached and whose later chunks miss, after the
+/// object was replaced behind the store's back: never the old version's bytes followed by the
+/// new one's; and the refused GET moves the store to the new version, so that the next get
+/// gives it whole (not the same error again, forever).
+#[test]
+fn a_replaced_object_is_never_served_as_a_mix() {
+    let a: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let old = pattern(MIB, 3);
+    let new = pattern(MIB, 4);
+    put(&a, "obj", &old);
+    let mut cc = CacheConfig::new(8 * MIB);
+    // No readahead: only what is read is cached.
+    cc.readahead_max = 0;
+    let s = CachedStore::with_config(
+        a.clone(),
+        PageCache::new(cc).unwrap(),
+        CachedStoreConfig {
+            chunk: 64 * KIB,
+            ..CachedStoreConfig::default()
+        },
+    )
+    .unwrap();
+    let p = Path::from("obj");
+    rt().block_on(async {
+        // The first chunk cached, of the old version.
+        s.get_range(&p, 0..64 * KIB as u64).await.unwrap();
+        aput(&a, "obj", &new).await;
+        // Its first chunk is served from the cache before the miss finds the object replaced:
+        // an error, or one version whole.
+        match s.get(&p).await.unwrap().bytes().await {
+            Ok(b) => assert!(
+                b[..] == old[..] || b[..] == new[..],
+                "a get of a replaced object gave bytes of neither version whole"
+            ),
+            Err(e) => assert_eq!(kind(&e), "Precondition", "{e}"),
+        }
+        // Whatever that gave, the next get gives the new version whole.
+        let r = s.get(&p).await.unwrap();
+        assert_eq!(r.meta.e_tag, a.head(&p).await.unwrap().e_tag);
+        let b = r.bytes().await.expect("the get after the refused GET");
+        assert!(b[..] == new[..], "the new version");
     });
 }
