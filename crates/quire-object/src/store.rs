@@ -145,6 +145,8 @@ pub struct CachedStoreStats {
     /// `head` calls (and `get_opts` with `head`), all answered from the cached metadata
     /// after the first.
     pub heads: u64,
+    /// Of those, the heads answered from the cached metadata: no request went out for them.
+    pub heads_cached: u64,
     /// Metadata requests sent: an object's first read, revalidations.
     pub meta_requests: u64,
     /// Calls sent straight to the inner store ([`CacheHint::Bypass`], or a read of a version
@@ -168,10 +170,7 @@ impl CachedStoreStats {
     /// Requests the inner store did not get: reads answered from the cache with no request,
     /// plus heads answered from the cached metadata.
     pub fn requests_saved(&self) -> u64 {
-        self.hits
-            + self
-                .heads
-                .saturating_sub(self.meta_requests.min(self.heads))
+        self.hits + self.heads_cached
     }
 }
 
@@ -179,13 +178,14 @@ impl fmt::Display for CachedStoreStats {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "reads {} (hits {}, misses {}), heads {}, metadata requests {}, bypassed {}, \
-             bytes served {}, bytes fetched {} in {} GETs, written through {}, invalidated {}, \
-             replaced {}",
+            "reads {} (hits {}, misses {}), heads {} ({} cached), metadata requests {}, \
+             bypassed {}, bytes served {}, bytes fetched {} in {} GETs, written through {}, \
+             invalidated {}, replaced {}",
             self.reads,
             self.hits,
             self.misses,
             self.heads,
+            self.heads_cached,
             self.meta_requests,
             self.bypassed,
             self.bytes_served,
@@ -204,6 +204,7 @@ struct Counters {
     hits: AtomicU64,
     misses: AtomicU64,
     heads: AtomicU64,
+    heads_cached: AtomicU64,
     meta_requests: AtomicU64,
     bypassed: AtomicU64,
     bytes_served: AtomicU64,
@@ -343,6 +344,7 @@ impl CachedStore {
             hits: get(&c.hits),
             misses: get(&c.misses),
             heads: get(&c.heads),
+            heads_cached: get(&c.heads_cached),
             meta_requests: get(&c.meta_requests),
             bypassed: get(&c.bypassed),
             bytes_served: get(&c.bytes_served),
@@ -400,14 +402,19 @@ impl Shared {
         bump(&self.counters.invalidated, 1);
     }
 
+    /// `location`'s metadata if it is cached and not older than the TTL.
+    fn known(&self, location: &Path) -> Option<Meta> {
+        let metas = self.metas.lock();
+        let m = metas.get(location)?;
+        let stale = self.config.ttl.is_some_and(|t| m.checked.elapsed() > t);
+        (!stale).then(|| m.clone())
+    }
+
     /// `location`'s metadata: cached, or by one request (`fresh`: always by request).
     async fn meta(&self, location: &Path, fresh: bool) -> Result<Meta> {
         if !fresh {
-            if let Some(m) = self.metas.lock().get(location) {
-                let stale = self.config.ttl.is_some_and(|t| m.checked.elapsed() > t);
-                if !stale {
-                    return Ok(m.clone());
-                }
+            if let Some(m) = self.known(location) {
+                return Ok(m);
             }
         }
         bump(&self.counters.meta_requests, 1);
@@ -466,9 +473,15 @@ impl Shared {
 
     async fn get(self: &Arc<Self>, location: &Path, options: GetOptions) -> Result<GetResult> {
         let h = hint(&options.extensions);
-        let mut m = self
-            .meta(location, h == Some(CacheHint::Revalidate))
-            .await?;
+        let known = match h {
+            Some(CacheHint::Revalidate) => None,
+            _ => self.known(location),
+        };
+        let cached = known.is_some();
+        let mut m = match known {
+            Some(m) => m,
+            None => self.meta(location, true).await?,
+        };
         if options
             .version
             .as_ref()
@@ -487,6 +500,9 @@ impl Shared {
             };
             if options.head {
                 bump(&self.counters.heads, 1);
+                if cached {
+                    bump(&self.counters.heads_cached, 1);
+                }
                 return Ok(GetResult {
                     payload: GetResultPayload::Stream(stream::empty().boxed()),
                     meta: m.meta,

@@ -170,3 +170,47 @@ fn a_replaced_object_is_never_served_as_a_mix() {
         assert!(b[..] == new[..], "the new version");
     });
 }
+
+/// A second read of cached bytes sends nothing; heads are answered from the cached metadata.
+#[test]
+fn cached_reads_and_heads_send_no_request() {
+    let a: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let data = pattern(2 * MIB + 123, 10);
+    put(&a, "obj", &data);
+    let s = store(&a, 16 * MIB, CachedStoreConfig::default());
+    let p = Path::from("obj");
+    rt().block_on(async {
+        let b = s.get(&p).await.unwrap().bytes().await.unwrap();
+        assert!(b[..] == data[..]);
+        let first = s.stats();
+        assert_eq!(
+            (first.reads, first.misses, first.hits),
+            (1, 1, 0),
+            "{first}"
+        );
+        assert_eq!(first.meta_requests, 1);
+        assert!(first.get_requests >= 1);
+        assert_eq!(first.bytes_fetched, data.len() as u64, "{first}");
+        for _ in 0..3 {
+            let b = s.get_range(&p, 100..1_500_000).await.unwrap();
+            assert_eq!(&b[..], &data[100..1_500_000]);
+            let m = s.head(&p).await.unwrap();
+            assert_eq!(m.size, data.len() as u64);
+        }
+        let rs = s.get_ranges(&p, &[200..300, 1000..900_000]).await.unwrap();
+        assert_eq!(&rs[1][..], &data[1000..900_000]);
+        let now = s.stats();
+        assert_eq!(now.get_requests, first.get_requests, "{now}");
+        assert_eq!(now.bytes_fetched, first.bytes_fetched, "{now}");
+        assert_eq!(now.meta_requests, 1, "{now}");
+        assert_eq!((now.reads, now.hits, now.heads), (5, 4, 3), "{now}");
+        assert_eq!(now.heads_cached, 3, "{now}");
+        assert_eq!(now.requests_saved(), 4 + 3, "{now}");
+        // A head of an object not seen yet is a request, not one saved.
+        aput(&a, "other", &data[..10]).await;
+        assert_eq!(s.head(&Path::from("other")).await.unwrap().size, 10);
+        let last = s.stats();
+        assert_eq!((last.heads, last.heads_cached), (4, 3), "{last}");
+        assert_eq!(last.requests_saved(), 4 + 3, "{last}");
+    });
+}
