@@ -512,7 +512,10 @@ impl Shared {
                 });
             }
             let handle = Arc::new(self.open(location, &m)?);
-            self.count_read(&handle, std::slice::from_ref(&range));
+            if !retried {
+                // One call, one read: a retry on a replaced object is not another.
+                self.count_read(&handle, std::slice::from_ref(&range));
+            }
             // The first chunk is read before answering, so that an object gone or replaced
             // behind the store's back is this call's error (and a replaced one is retried).
             let first_end = range.end.min(range.start + self.config.chunk as u64);
@@ -608,7 +611,9 @@ impl Shared {
                 .map(|r| GetRange::Bounded(r.clone()).as_range(len).map_err(generic))
                 .collect::<Result<Vec<_>>>()?;
             let handle = self.open(location, &m)?;
-            self.count_read(&handle, &asked);
+            if !retried {
+                self.count_read(&handle, &asked);
+            }
             let spans = coalesce(&asked, self.config.coalesce);
             let reads = spans.iter().map(|s| read_span(&handle, s.clone()));
             match futures::future::try_join_all(reads).await {

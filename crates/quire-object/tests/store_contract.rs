@@ -705,7 +705,10 @@ fn a_replaced_object_is_read_whole_at_the_first_miss() {
             .await
             .unwrap();
         assert_eq!(&far[..], &new[2 * MIB..]);
-        assert_eq!(s.stats().replaced, 1, "{}", s.stats());
+        let st = s.stats();
+        assert_eq!(st.replaced, 1, "{st}");
+        // Three reads, the retried one counted once.
+        assert_eq!((st.reads, st.hits, st.misses), (3, 1, 2), "{st}");
         // From then on the store is at the new version: the old cached bytes are gone.
         let all = s.get(&p).await.unwrap();
         assert_eq!(all.meta.e_tag, a.head(&p).await.unwrap().e_tag);
@@ -716,6 +719,24 @@ fn a_replaced_object_is_read_whole_at_the_first_miss() {
             .unwrap();
         assert_eq!(&rs[0][..], &new[..10]);
         assert_eq!(&rs[1][..], &new[MIB..MIB + 10]);
+        // get_ranges finds a replacement the same way, and counts one read: a range cached
+        // of the old version and one missing come back both of the new version.
+        let mut cc = CacheConfig::new(8 * MIB);
+        cc.readahead_max = 0;
+        let s =
+            CachedStore::with_config(a.clone(), PageCache::new(cc).unwrap(), Default::default())
+                .unwrap();
+        s.get_range(&p, 0..10).await.unwrap();
+        let newer = pattern(3 * MIB, 5);
+        aput(&a, "obj", &newer).await;
+        let before = s.stats();
+        let far = 3 * MIB as u64 - 100;
+        let rs = s.get_ranges(&p, &[0..10, far..far + 100]).await.unwrap();
+        assert!(rs[0][..] == newer[..10] && rs[1][..] == newer[far as usize..]);
+        let st = s.stats();
+        assert_eq!(st.replaced, before.replaced + 1, "{st}");
+        assert_eq!(st.reads, before.reads + 1, "{st}");
+        assert_eq!(st.reads, st.hits + st.misses, "{st}");
     });
 }
 
