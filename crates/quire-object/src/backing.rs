@@ -96,12 +96,34 @@ pub(crate) struct BackingInner {
     pub(crate) store: Arc<dyn ObjectStore>,
     /// Where object keys start (a URL's path: `s3://bucket/some/prefix` → `some/prefix`).
     pub(crate) prefix: Path,
-    pub(crate) runtime: tokio::runtime::Runtime,
+    pub(crate) runtime: Runtime,
     pub(crate) counters: Arc<Counters>,
     pub(crate) config: BackingConfig,
     pub(crate) url: String,
     /// The upload budget, [`BackingConfig::upload_bound`] in pages.
     uploads: Arc<tokio::sync::Semaphore>,
+}
+
+/// The backing's runtime, shut down without waiting when dropped: the last reference to a
+/// backing may go in an async context (a `CachedStore` dropped in a caller's task) or on one of
+/// the runtime's own threads (a task holding a file), where dropping a runtime the blocking way
+/// panics. What it still runs then are requests nobody waits for.
+pub(crate) struct Runtime(Option<tokio::runtime::Runtime>);
+
+impl std::ops::Deref for Runtime {
+    type Target = tokio::runtime::Runtime;
+
+    fn deref(&self) -> &tokio::runtime::Runtime {
+        self.0.as_ref().expect("taken only when dropped")
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        if let Some(rt) = self.0.take() {
+            rt.shutdown_background();
+        }
+    }
 }
 
 /// A bucket (or prefix of one) that quire caches objects of.
@@ -304,7 +326,7 @@ impl Backing {
             inner: Arc::new(BackingInner {
                 store,
                 prefix,
-                runtime,
+                runtime: Runtime(Some(runtime)),
                 counters,
                 config,
                 url: url.to_string(),

@@ -21,7 +21,9 @@
 //! ETag drops the cached bytes of the old version. Writes made through this store are seen by
 //! its next read at once. An object replaced behind the store's back is noticed at the first
 //! miss (the GET pinned to the old ETag is refused): the read is retried once on the new
-//! version, so a caller never gets bytes of two versions in one answer.
+//! version, so a caller never gets bytes of two versions in one answer. A get whose stream has
+//! begun can't change versions: a later chunk's miss ends it with `Precondition`, and the next
+//! read is of the new version.
 //!
 //! Per call, [`CacheHint`] in the options' `extensions` sends a read straight to the inner
 //! store or revalidates it now.
@@ -148,6 +150,8 @@ pub struct CachedStoreStats {
     /// `head` calls (and `get_opts` with `head`), all answered from the cached metadata
     /// after the first.
     pub heads: u64,
+    /// Of those, the heads answered from the cached metadata: no request went out for them.
+    pub heads_cached: u64,
     /// Metadata requests sent: an object's first read, revalidations.
     pub meta_requests: u64,
     /// Calls sent straight to the inner store ([`CacheHint::Bypass`], or a read of a version
@@ -173,10 +177,7 @@ impl CachedStoreStats {
     /// Requests the inner store did not get: reads answered from the cache with no request,
     /// plus heads answered from the cached metadata.
     pub fn requests_saved(&self) -> u64 {
-        self.hits
-            + self
-                .heads
-                .saturating_sub(self.meta_requests.min(self.heads))
+        self.hits + self.heads_cached
     }
 }
 
@@ -184,13 +185,14 @@ impl fmt::Display for CachedStoreStats {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "reads {} (hits {}, misses {}), heads {}, metadata requests {}, bypassed {}, \
-             bytes served {}, bytes fetched {} in {} GETs, written through {}, invalidated {}, \
-             replaced {}, objects {}",
+            "reads {} (hits {}, misses {}), heads {} ({} cached), metadata requests {}, \
+             bypassed {}, bytes served {}, bytes fetched {} in {} GETs, written through {}, \
+             invalidated {}, replaced {}, objects {}",
             self.reads,
             self.hits,
             self.misses,
             self.heads,
+            self.heads_cached,
             self.meta_requests,
             self.bypassed,
             self.bytes_served,
@@ -210,6 +212,7 @@ struct Counters {
     hits: AtomicU64,
     misses: AtomicU64,
     heads: AtomicU64,
+    heads_cached: AtomicU64,
     meta_requests: AtomicU64,
     bypassed: AtomicU64,
     bytes_served: AtomicU64,
@@ -349,6 +352,7 @@ impl CachedStore {
             hits: get(&c.hits),
             misses: get(&c.misses),
             heads: get(&c.heads),
+            heads_cached: get(&c.heads_cached),
             meta_requests: get(&c.meta_requests),
             bypassed: get(&c.bypassed),
             bytes_served: get(&c.bytes_served),
@@ -423,14 +427,19 @@ impl Shared {
         }
     }
 
+    /// `location`'s metadata if it is cached and not older than the TTL.
+    fn known(&self, location: &Path) -> Option<Meta> {
+        let metas = self.metas.lock();
+        let m = metas.get(location)?;
+        let stale = self.config.ttl.is_some_and(|t| m.checked.elapsed() > t);
+        (!stale).then(|| m.clone())
+    }
+
     /// `location`'s metadata: cached, or by one request (`fresh`: always by request).
     async fn meta(&self, location: &Path, fresh: bool) -> Result<Meta> {
         if !fresh {
-            if let Some(m) = self.metas.lock().get(location) {
-                let stale = self.config.ttl.is_some_and(|t| m.checked.elapsed() > t);
-                if !stale {
-                    return Ok(m.clone());
-                }
+            if let Some(m) = self.known(location) {
+                return Ok(m);
             }
         }
         bump(&self.counters.meta_requests, 1);
@@ -496,9 +505,15 @@ impl Shared {
 
     async fn get(self: &Arc<Self>, location: &Path, options: GetOptions) -> Result<GetResult> {
         let h = hint(&options.extensions);
-        let mut m = self
-            .meta(location, h == Some(CacheHint::Revalidate))
-            .await?;
+        let known = match h {
+            Some(CacheHint::Revalidate) => None,
+            _ => self.known(location),
+        };
+        let cached = known.is_some();
+        let mut m = match known {
+            Some(m) => m,
+            None => self.meta(location, true).await?,
+        };
         if options
             .version
             .as_ref()
@@ -517,6 +532,9 @@ impl Shared {
             };
             if options.head {
                 bump(&self.counters.heads, 1);
+                if cached {
+                    bump(&self.counters.heads_cached, 1);
+                }
                 return Ok(GetResult {
                     payload: GetResultPayload::Stream(stream::empty().boxed()),
                     meta: m.meta,
@@ -526,7 +544,10 @@ impl Shared {
                 });
             }
             let handle = Arc::new(self.open(location, &m)?);
-            self.count_read(&handle, std::slice::from_ref(&range));
+            if !retried {
+                // One call, one read: a retry on a replaced object is not another.
+                self.count_read(&handle, std::slice::from_ref(&range));
+            }
             // The first chunk is read before answering, so that an object gone or replaced
             // behind the store's back is this call's error (and a replaced one is retried).
             let first_end = range.end.min(range.start + self.config.chunk as u64);
@@ -581,9 +602,16 @@ impl Shared {
                     return Ok(None);
                 }
                 let to = end.min(at + chunk);
-                let b = read_span(&handle, at..to)
-                    .await
-                    .map_err(|e| read_error(&location, e))?;
+                let b = read_span(&handle, at..to).await.map_err(|e| {
+                    let e = read_error(&location, e);
+                    // Replaced or removed behind the store's back after the first chunk went
+                    // out: this answer can't change versions, but the next read must not
+                    // find the old metadata again (it would fail here again).
+                    if is_replaced(&e) || matches!(e, object_store::Error::NotFound { .. }) {
+                        shared.metas.lock().remove(&location);
+                    }
+                    e
+                })?;
                 bump(&shared.counters.bytes_served, b.len() as u64);
                 Ok(Some((b, to)))
             }
@@ -615,7 +643,9 @@ impl Shared {
                 .map(|r| GetRange::Bounded(r.clone()).as_range(len).map_err(generic))
                 .collect::<Result<Vec<_>>>()?;
             let handle = self.open(location, &m)?;
-            self.count_read(&handle, &asked);
+            if !retried {
+                self.count_read(&handle, &asked);
+            }
             let spans = coalesce(&asked, self.config.coalesce);
             let reads = spans.iter().map(|s| read_span(&handle, s.clone()));
             match futures::future::try_join_all(reads).await {

@@ -523,6 +523,15 @@ impl TierInner {
             file
         };
         let in_chunk = off % CHUNK;
+        // Whole pages: an object's short last page is written padded with the zeros its
+        // checksum covers, or reading the page back would stop at the file's end.
+        let padded;
+        let data = if data.len().is_multiple_of(PAGE) {
+            data
+        } else {
+            padded = [data, &vec![0u8; PAGE - data.len() % PAGE]].concat();
+            &padded[..]
+        };
         file.write_all_at(data, HEADER + in_chunk)?;
         let mut s = self.state.lock();
         let Some(c) = s.chunks.get_mut(&key) else {
