@@ -8,8 +8,8 @@
 //! | the frames' descriptors (the memmap) | `capacity` / 64 |
 //! | upload buffers: parts and single PUT bodies being read from staging and sent, every file together | [`BackingConfig::upload_bound`]: `parts_in_flight` × `part_size` |
 //! | disk tier offers waiting for its writer | [`crate::tier::QUEUED_MAX`] (with a tier) |
-//! | staging files' pages in the kernel's page cache | 2 × [`crate::spill::FLUSH_AT`] per file being written back |
-//! | disk tier files' pages in the kernel's page cache | [`crate::spill::FLUSH_AT`] (the writer's batch) |
+//! | staging files' pages in the kernel's page cache | 2 × 4 MiB per file being written back |
+//! | disk tier files' pages in the kernel's page cache | 4 MiB (the writer's batch) |
 //! | GET bodies and their copies, the runtime, the client, the heap | [`FIXED_OVERHEAD`] |
 //!
 //! So resident memory (and what a memory cgroup charges, page cache included) stays within

@@ -63,7 +63,7 @@ pub struct Counters {
     upload_bytes: AtomicU64,
     upload_bytes_max: AtomicU64,
     /// Bytes written to staging files that may still be in the kernel's page cache (see
-    /// [`crate::spill`]).
+    /// the crate's `spill` module).
     pub(crate) staging_cached: std::sync::Arc<AtomicU64>,
 }
 

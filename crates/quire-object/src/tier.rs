@@ -30,8 +30,8 @@
 //! Offers wait for the writer in a queue of at most [`QUEUED_MAX`] bytes. An offer that finds
 //! it full waits up to [`OFFER_WAIT`] for room (reclaim slowed to the disk's pace, as the
 //! kernel's reclaim is by write-back), and only then is dropped, and counted. The chunk files stay out of the kernel's page cache (see
-//! [`crate::spill`]): the writer writes out and drops what it wrote after each batch of at most
-//! [`crate::spill::FLUSH_AT`] bytes, and a read drops the pages it read.
+//! the crate's `spill` module): the writer writes out and drops what it wrote after each batch of at most
+//! 4 MiB bytes, and a read drops the pages it read.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::{File, OpenOptions};
@@ -374,7 +374,7 @@ enum Msg {
 }
 
 /// Writes what is offered, in batches: a batch ends when the queue is empty or
-/// [`crate::spill::FLUSH_AT`] bytes were written, and then the files it wrote are written out
+/// 4 MiB bytes were written, and then the files it wrote are written out
 /// and dropped from the page cache.
 fn writer(tier: std::sync::Weak<TierInner>, rx: Receiver<Msg>) {
     let mut touched: Vec<Arc<File>> = Vec::new();
