@@ -10,6 +10,7 @@ use std::time::Duration;
 use object_store::client::{
     HttpClient, HttpConnector, HttpError, HttpRequest, HttpResponse, HttpService, ReqwestConnector,
 };
+use object_store::list::PaginatedListStore;
 use object_store::path::Path;
 use object_store::{BackoffConfig, ClientOptions, ObjectStore, RetryConfig};
 use quire::store::{Op, StoreError};
@@ -94,6 +95,9 @@ const ROOM_UNIT: u64 = 4096;
 /// What a backing's files share.
 pub(crate) struct BackingInner {
     pub(crate) store: Arc<dyn ObjectStore>,
+    /// The same store's paginated listing, where it has one (S3, GCS): "is there anything
+    /// under this prefix" is then one key's listing, not a page of a thousand.
+    pub(crate) pager: Option<Arc<dyn PaginatedListStore>>,
     /// Where object keys start (a URL's path: `s3://bucket/some/prefix` → `some/prefix`).
     pub(crate) prefix: Path,
     pub(crate) runtime: Runtime,
@@ -216,6 +220,7 @@ impl Backing {
             url: url.to_string(),
             source: Box::new(e),
         };
+        let mut pager: Option<Arc<dyn PaginatedListStore>> = None;
         let store: Arc<dyn ObjectStore> = match scheme {
             "s3" | "s3a" => {
                 if bucket.is_empty() {
@@ -244,7 +249,9 @@ impl Backing {
                 if config.conditional_writes {
                     b = b.with_conditional_put(object_store::aws::S3ConditionalPut::ETagMatch);
                 }
-                Arc::new(b.build().map_err(build_err)?)
+                let s3 = Arc::new(b.build().map_err(build_err)?);
+                pager = Some(s3.clone());
+                s3
             }
             "gs" => {
                 if bucket.is_empty() {
@@ -257,7 +264,9 @@ impl Backing {
                 for (k, v) in &config.options {
                     b = b.with_config(k.parse().map_err(build_err)?, v);
                 }
-                Arc::new(b.build().map_err(build_err)?)
+                let gcs = Arc::new(b.build().map_err(build_err)?);
+                pager = Some(gcs.clone());
+                gcs
             }
             "az" | "azure" | "abfs" | "abfss" => {
                 if bucket.is_empty() {
@@ -280,6 +289,7 @@ impl Backing {
                         object_store::local::LocalFileSystem::new_with_prefix(&dir)
                             .map_err(build_err)?,
                     ),
+                    None,
                     "",
                     url,
                     config,
@@ -288,7 +298,7 @@ impl Backing {
             }
             _ => return Err(bad("unknown scheme (s3, gs, az, memory, file)")),
         };
-        Backing::build(store, prefix, url, config, counters)
+        Backing::build(store, pager, prefix, url, config, counters)
     }
 
     /// A backing over a store made by the caller (any `object_store` implementation), keys
@@ -299,11 +309,12 @@ impl Backing {
         url: &str,
         config: BackingConfig,
     ) -> Result<Backing, ObjectError> {
-        Backing::build(store, prefix, url, config, Arc::default())
+        Backing::build(store, None, prefix, url, config, Arc::default())
     }
 
     fn build(
         store: Arc<dyn ObjectStore>,
+        pager: Option<Arc<dyn PaginatedListStore>>,
         prefix: &str,
         url: &str,
         config: BackingConfig,
@@ -325,6 +336,7 @@ impl Backing {
         Ok(Backing {
             inner: Arc::new(BackingInner {
                 store,
+                pager,
                 prefix,
                 runtime: Runtime(Some(runtime)),
                 counters,

@@ -45,22 +45,10 @@ impl ObjectFs {
     pub(super) fn remote_children(&self, path: &str) -> Res<bool> {
         let key = self.key(path)?;
         let inner = self.inner();
-        let r = self.cache.backing().block_on(async move {
-            let req = inner.counters.start(Req::List);
-            let prefix = (!key.is_root()).then_some(&key);
-            let mut s = inner.store.list(prefix);
-            // A marker object (`dir/`) lists as the directory's own key: not a child.
-            let mut found = false;
-            while let Some(m) = s.next().await {
-                let m = m?;
-                if m.location != key {
-                    found = true;
-                    break;
-                }
-            }
-            req.ok();
-            Ok::<_, object_store::Error>(found)
-        });
+        let r = self
+            .cache
+            .backing()
+            .block_on(async move { any_under(&inner, &key).await });
         r.map_err(|e| store_err(&e))
     }
 
@@ -93,20 +81,7 @@ impl ObjectFs {
                 }
                 r
             };
-            let list = async {
-                let req = inner.counters.start(Req::List);
-                let mut s = inner.store.list(Some(&key));
-                let mut found = false;
-                while let Some(m) = s.next().await {
-                    let m = m?;
-                    if m.location != key {
-                        found = true;
-                        break;
-                    }
-                }
-                req.ok();
-                Ok::<_, object_store::Error>(found)
-            };
+            let list = any_under(&inner, &key);
             futures::join!(head, list)
         });
         let is_dir = list.map_err(|e| store_err(&e))?;
@@ -262,4 +237,40 @@ impl ObjectFs {
             })
             .map_err(|e| store_err(&e))
     }
+}
+
+/// Whether any object lies under `key` (the root: any at all). A marker object (`dir/`) lists
+/// as the directory's own key: not a child. Where the store has a paginated listing this asks
+/// for two keys; otherwise the listing's first page (up to a thousand keys on S3) comes back
+/// whole, which made a lookup of a large directory cost as much as listing it.
+async fn any_under(
+    inner: &crate::backing::BackingInner,
+    key: &object_store::path::Path,
+) -> Result<bool, object_store::Error> {
+    let req = inner.counters.start(Req::List);
+    let found = if let Some(pager) = &inner.pager {
+        let prefix =
+            (!key.is_root()).then(|| format!("{}{}", key.as_ref(), object_store::path::DELIMITER));
+        let opts = object_store::list::PaginatedListOptions {
+            delimiter: Some(object_store::path::DELIMITER.into()),
+            max_keys: Some(2),
+            ..Default::default()
+        };
+        let page = pager.list_paginated(prefix.as_deref(), opts).await?;
+        !page.result.common_prefixes.is_empty()
+            || page.result.objects.iter().any(|m| m.location != *key)
+    } else {
+        let prefix = (!key.is_root()).then_some(key);
+        let mut s = inner.store.list(prefix);
+        let mut found = false;
+        while let Some(m) = s.next().await {
+            if m?.location != *key {
+                found = true;
+                break;
+            }
+        }
+        found
+    };
+    req.ok();
+    Ok(found)
 }
