@@ -97,6 +97,7 @@ pub(crate) struct BackingInner {
     pub(crate) store: Arc<dyn ObjectStore>,
     /// The same store's paginated listing, where it has one (S3, GCS): "is there anything
     /// under this prefix" is then one key's listing, not a page of a thousand.
+    #[cfg_attr(not(feature = "fuse"), allow(dead_code))]
     pub(crate) pager: Option<Arc<dyn PaginatedListStore>>,
     /// Where object keys start (a URL's path: `s3://bucket/some/prefix` → `some/prefix`).
     pub(crate) prefix: Path,

@@ -179,6 +179,9 @@ pub struct TierStats {
     pub puts: u64,
     /// Pages offered while the writer was behind, not kept.
     pub dropped: u64,
+    /// Pages offered that the tier already held (read from it, evicted again): not written
+    /// twice.
+    pub held: u64,
     /// Chunks deleted to stay under the size bound.
     pub evicted_chunks: u64,
     /// Bytes the tier holds now.
@@ -199,6 +202,7 @@ impl std::fmt::Display for TierStats {
         writeln!(f, "tier_corrupt {}", self.corrupt)?;
         writeln!(f, "tier_puts {}", self.puts)?;
         writeln!(f, "tier_dropped {}", self.dropped)?;
+        writeln!(f, "tier_held {}", self.held)?;
         writeln!(f, "tier_evicted_chunks {}", self.evicted_chunks)?;
         writeln!(f, "tier_bytes {}", self.bytes)?;
         writeln!(f, "tier_limit {}", self.limit)?;
@@ -214,6 +218,7 @@ struct Counts {
     corrupt: AtomicU64,
     puts: AtomicU64,
     dropped: AtomicU64,
+    held: AtomicU64,
     evicted: AtomicU64,
 }
 
@@ -340,6 +345,7 @@ impl DiskTier {
             corrupt: c.corrupt.load(Ordering::Relaxed),
             puts: c.puts.load(Ordering::Relaxed),
             dropped: c.dropped.load(Ordering::Relaxed),
+            held: c.held.load(Ordering::Relaxed),
             evicted_chunks: c.evicted.load(Ordering::Relaxed),
             bytes: self.inner.state.lock().bytes,
             limit: self.inner.limit,
@@ -426,6 +432,12 @@ impl TierInner {
             return;
         };
         let pages = data.len().div_ceil(PAGE) as u64;
+        // A version's bytes never change: pages the tier holds (a folio read from it and
+        // evicted again) need no second write.
+        if self.holds(object, offset, pages as usize) {
+            self.counts.held.fetch_add(pages, Ordering::Relaxed);
+            return;
+        }
         let n = data.len() as u64;
         let deadline = std::time::Instant::now() + OFFER_WAIT;
         let now = loop {
@@ -454,6 +466,17 @@ impl TierInner {
             self.queued.fetch_sub(n, Ordering::Relaxed);
             self.counts.dropped.fetch_add(pages, Ordering::Relaxed);
         }
+    }
+
+    /// Whether every one of `pages` pages at `offset` (page aligned) is in the tier.
+    fn holds(&self, object: ObjectId, offset: u64, pages: usize) -> bool {
+        let s = self.state.lock();
+        (0..pages).all(|i| {
+            let at = offset + (i * PAGE) as u64;
+            s.chunks
+                .get(&(object, at / CHUNK))
+                .is_some_and(|c| c.has(((at % CHUNK) / PAGE as u64) as usize))
+        })
     }
 
     /// Writes `data`; the chunk files written to are added to `touched` (once each).
