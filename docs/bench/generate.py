@@ -33,7 +33,7 @@ from to_markdown import host_line, legend, tables  # noqa: E402
 
 # The order of `quire bench --list` (crates/quire-cli/src/bench/mod.rs, SUITES).
 SUITES = ["pagelock", "lockref", "xarray", "read", "write", "evict", "dcache", "dirtybit",
-          "unmap", "fuse", "inflight", "object", "stats"]
+          "unmap", "fuse", "inflight", "object", "query", "stats"]
 
 HEADER = """# quire — benchmark figures
 

@@ -23,7 +23,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run benchmark suites, each side by side with its "before" (all suites if none is named).
+    /// Run benchmark suites, each side by side with its "before" (all suites if none is named,
+    /// except `query`, which runs only when named: it builds DataFusion).
     Bench {
         /// Suites to run (see `quire bench --list`).
         suites: Vec<String>,
@@ -201,8 +202,13 @@ fn main() -> anyhow::Result<()> {
             no_readahead,
         } => {
             if list {
-                for s in bench::SUITES {
-                    println!("{:<10} {}", s.name, s.about);
+                for s in bench::SUITES.iter().chain(bench::OPT_IN) {
+                    let about = if bench::OPT_IN.iter().any(|o| o.name == s.name) {
+                        format!("{} [only when named]", s.about)
+                    } else {
+                        s.about.to_string()
+                    };
+                    println!("{:<10} {about}", s.name);
                     let vs = bench::variants_of(s, trace.is_some());
                     println!("{:<10} variants: {}", "", vs.join(", "));
                 }

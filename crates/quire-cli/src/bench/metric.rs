@@ -54,7 +54,12 @@ impl Better {
             | "reclaim_ns_per_evicted"
             | "store_read_per_asked" => Lower,
             // Memory held.
-            "daemon_rss_mib" | "index_heap_bytes_per_budget_byte" => Lower,
+            "daemon_rss_mib" | "index_heap_bytes_per_budget_byte" | "peak_rss_mib" => Lower,
+            // A query workload's time, and what it fetched from the store, per phase (the
+            // `query` suite: a cold process, the same again warm, a new process on the disk
+            // tier).
+            "cold_s" | "warm_s" | "restart_s" | "cold_gets" | "warm_gets" | "restart_gets"
+            | "cold_mib" | "warm_mib" | "restart_mib" => Lower,
             // Descriptions of a run, not scores: the share of frames background reclaim keeps
             // free, the share of refaults workingset detection activated, the share of a FUSE
             // request that is the round trip itself, the pages a trace replay evicted, the

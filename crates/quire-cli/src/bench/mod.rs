@@ -24,6 +24,7 @@ mod metric;
 mod object;
 mod pagelock;
 pub(crate) mod plot;
+mod query;
 mod read;
 pub(crate) mod report;
 mod stats;
@@ -74,6 +75,15 @@ pub const SUITES: &[Suite] = &[
     object::SUITE,
     stats::SUITE,
 ];
+
+/// Suites that run only when named (`quire bench query`): `query` builds DataFusion, which the
+/// default run (and CI's `quire bench --quick`) must not.
+pub const OPT_IN: &[Suite] = &[query::SUITE];
+
+/// The suite named `name`, of either list.
+fn find_suite(name: &str) -> Option<&'static Suite> {
+    SUITES.iter().chain(OPT_IN).find(|s| s.name == name)
+}
 
 /// What a run asks of every suite, as the suites' step counts need it.
 #[derive(Clone, Copy)]
@@ -164,6 +174,25 @@ impl Bench {
         metric: &'static str,
         value: f64,
         unit: &'static str,
+    ) {
+        if !self.wants(variant) {
+            return;
+        }
+        self.samples.push(Record::sample(
+            self.suite, case, variant, threads, metric, value, unit,
+        ));
+    }
+
+    /// Records one figure whose metric and unit another program named (the `query` suite's
+    /// runner): as [`Bench::record`] otherwise.
+    pub fn record_figure(
+        &mut self,
+        case: &str,
+        variant: &str,
+        threads: usize,
+        metric: &str,
+        value: f64,
+        unit: &str,
     ) {
         if !self.wants(variant) {
             return;
@@ -273,11 +302,16 @@ pub fn run(opts: &Options<'_>) -> anyhow::Result<()> {
         chosen.extend(SUITES.iter());
     } else {
         for n in opts.suites {
-            match SUITES.iter().find(|s| s.name == n) {
+            match find_suite(n) {
                 Some(s) => chosen.push(s),
                 None => bail!(
                     "no suite named {n:?}; the suites are: {}",
-                    SUITES.iter().map(|s| s.name).collect::<Vec<_>>().join(", ")
+                    SUITES
+                        .iter()
+                        .chain(OPT_IN)
+                        .map(|s| s.name)
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 ),
             }
         }
@@ -475,7 +509,7 @@ mod tests {
 
     #[test]
     fn every_suite_declares_its_variants_once_each() {
-        for s in SUITES {
+        for s in SUITES.iter().chain(OPT_IN) {
             assert!(!s.variants.is_empty(), "{} declares no variant", s.name);
             for (i, v) in s.variants.iter().enumerate() {
                 assert!(
