@@ -700,9 +700,10 @@ fn mib_of(block: &[u8], i: u64) -> Vec<u8> {
 /// reads it back cold — the daemon is never killed, every byte comes back, and `quire stat`'s
 /// resident memory is within the budget it states.
 ///
-/// Before the memory bounds the daemon was killed by the group within 15 s of the write. With
-/// them, a 16 MiB readahead window still got it killed during the cold read (in a group without
-/// a limit that read peaked at 324 MiB; with today's 8 MiB window, 298 MiB).
+/// What it guards: without the bounds on upload parts, tier offers and spilled files the
+/// daemon is killed by the group within 15 s of the write, and with a 16 MiB readahead window
+/// during the cold read (which peaks at 324 MiB in a group without a limit; 298 MiB with the
+/// 8 MiB window).
 #[test]
 fn an_s3_mount_stays_within_a_memory_group_of_its_capacity_plus_64_mib() {
     const CAPACITY: u64 = 256 << 20;
