@@ -8,6 +8,7 @@ use std::fs;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 pub mod as_user;
@@ -24,7 +25,11 @@ impl Scratch {
         } else {
             std::env::temp_dir()
         };
-        let p = base.join(format!("quire-fusetest-{tag}-{}", std::process::id()));
+        // Tests of one binary run in parallel threads of one process, and two of them may use
+        // one tag (each S3 server's root, say): a counter keeps their directories apart.
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let p = base.join(format!("quire-fusetest-{tag}-{}-{n}", std::process::id()));
         let _ = fs::remove_dir_all(&p);
         fs::create_dir_all(&p).unwrap();
         Scratch(p)
