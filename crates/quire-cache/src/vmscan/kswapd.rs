@@ -8,7 +8,7 @@
 //!
 //! Waking costs an allocation one relaxed load while the thread is already awake.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::Duration;
 
@@ -38,6 +38,8 @@ struct Shared {
     /// Rounds of reclaim the thread has finished; allocations waiting for it sleep on
     /// `round_done`.
     rounds: Mutex<u64>,
+    /// The same count, bumped before `rounds`, for allocations that watch it without the lock.
+    rounds_seen: AtomicU64,
     round_done: Condvar,
     /// The thread is working (or about to): wakers need not take the lock.
     awake: AtomicBool,
@@ -102,8 +104,30 @@ impl Kswapd {
 
     /// The thread finished a round of reclaim: wakes the allocations waiting for it.
     pub(crate) fn note_round(&self) {
+        self.shared.rounds_seen.fetch_add(1, Ordering::Release);
         *self.shared.rounds.lock().unwrap_or_else(|e| e.into_inner()) += 1;
         self.shared.round_done.notify_all();
+    }
+
+    /// Watches for the end of the thread's current round of reclaim, `looks` times with a few
+    /// hundred nanoseconds of spinning between (and a yield every eighth, so that the thread
+    /// runs where it shares this CPU): whether a round ended meanwhile. Cheaper than
+    /// [`Kswapd::wait_round`] when the round is about to end, as it is for an allocation that
+    /// comes back every round: no sleep, and no wake-up for the thread to send.
+    pub(crate) fn spin_for_round(&self, looks: u32) -> bool {
+        let seen = self.shared.rounds_seen.load(Ordering::Acquire);
+        for look in 1..=looks {
+            for _ in 0..16 {
+                std::hint::spin_loop();
+            }
+            if self.shared.rounds_seen.load(Ordering::Acquire) != seen {
+                return true;
+            }
+            if look.is_multiple_of(8) {
+                std::thread::yield_now();
+            }
+        }
+        false
     }
 
     /// Waits until the thread finishes a round of reclaim, at most `timeout`.

@@ -36,6 +36,10 @@ const SHADOW_BATCH: usize = 256;
 /// How long an allocation below the min watermark waits for background reclaim, at most,
 /// before it reclaims itself.
 const THROTTLE: Duration = Duration::from_millis(4);
+/// How many times an allocation below the min watermark looks for the end of background
+/// reclaim's round before it sleeps until then (tens of microseconds in all, about one round;
+/// see [`Kswapd::spin_for_round`](super::kswapd::Kswapd::spin_for_round)).
+const SPIN_LOOKS: u32 = 128;
 
 /// The calling thread's CPU time in nanoseconds (0 under loom, which has no clocks).
 fn thread_cpu_ns() -> u64 {
@@ -406,9 +410,13 @@ impl Vmscan {
         let start = Instant::now();
         // Background reclaim is at work: give it a few rounds before reclaiming here, as the
         // kernel throttles direct reclaimers while kswapd makes progress
-        // (`throttle_direct_reclaim`).
+        // (`throttle_direct_reclaim`). A reader that misses all the time is back here within
+        // every round: it first watches for the round's end a short while, which saves the
+        // sleep and the wake-up (two thread switches) that would otherwise cost every round.
         while self.kswapd.is_awake() && start.elapsed() < THROTTLE {
-            self.kswapd.wait_round(THROTTLE / 4);
+            if !self.kswapd.spin_for_round(SPIN_LOOKS) {
+                self.kswapd.wait_round(THROTTLE / 4);
+            }
             if let Some(f) = self.alloc_watermark(pool, order) {
                 self.counters.count(Event::FolioAllocs);
                 return Ok(Some(f));
