@@ -111,7 +111,7 @@ use std::io::{self, BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure};
 use quire::filemap::{CacheConfig, PageCache};
@@ -961,10 +961,16 @@ struct Outcome {
     demand_hit_ratio: f64,
     evicted: u64,
     reclaim_ns: u64,
+    /// How long building the cache and opening the file took (the cache pins its whole budget
+    /// for io_uring's fixed buffers, which faults in and zeroes every frame).
+    setup: Duration,
+    /// How long the accesses took.
+    replay: Duration,
 }
 
 /// Replays `trace` through a fresh cache configured as `cfg`.
 fn replay(cfg: CacheConfig, trace: &Trace) -> anyhow::Result<Outcome> {
+    let t0 = Instant::now();
     let cache = PageCache::new(cfg)?;
     let len = trace.distinct as u64 * PAGE as u64;
     let store = Arc::new(ReplayStore {
@@ -976,18 +982,21 @@ fn replay(cfg: CacheConfig, trace: &Trace) -> anyhow::Result<Outcome> {
     let before = cache.stats_exact().vmstat;
     let mut buf = vec![0u8; PAGE];
     let mut waited = 0u64;
+    let t1 = Instant::now();
     for (i, &p) in trace.pages.iter().enumerate() {
         let off = u64::from(p) * PAGE as u64;
         let reads = store.replayer_reads.load(Ordering::Relaxed);
         file.read_exact_at(off, &mut buf)?;
         waited += u64::from(store.replayer_reads.load(Ordering::Relaxed) != reads);
         // The computed content: each 8-byte word is its offset. (Every word is compared,
-        // without stopping at the first wrong one: a loop the compiler can vectorise.)
-        let right = buf.chunks_exact(8).enumerate().fold(true, |ok, (k, w)| {
-            ok & (u64::from_le_bytes(w.try_into().expect("8 bytes")) == off + 8 * k as u64)
+        // without stopping at the first wrong one, by or-ing the differences: a loop the
+        // compiler vectorises without 64-bit compares.)
+        let wrong = buf.chunks_exact(8).enumerate().fold(0u64, |acc, (k, w)| {
+            acc | (u64::from_le_bytes(w.try_into().expect("8 bytes")) ^ (off + 8 * k as u64))
         });
-        ensure!(right, "access {i}: wrong bytes in page {p}");
+        ensure!(wrong == 0, "access {i}: wrong bytes in page {p}");
     }
+    let replay = t1.elapsed();
     let vm = cache.stats_exact().vmstat.since(&before);
     let read_pages = store.inner.bytes_read() / PAGE as u64;
     let asked = trace.pages.len() as f64;
@@ -996,6 +1005,8 @@ fn replay(cfg: CacheConfig, trace: &Trace) -> anyhow::Result<Outcome> {
         demand_hit_ratio: 1.0 - waited as f64 / asked,
         evicted: vm.get(Event::Evictions),
         reclaim_ns: vm.get(Event::ReclaimNs),
+        setup: t1 - t0,
+        replay,
     })
 }
 
@@ -1021,8 +1032,11 @@ fn report(b: &mut Bench, case: &str, variant: &str, o: &Outcome, accesses_per_s:
     };
     b.note(format!(
         "{case} / {variant}: hit ratio {:.4} (demand {:.4}), {} pages evicted, {per}, \
-         {accesses_per_s:.0} accesses/s",
-        o.hit_ratio, o.demand_hit_ratio, o.evicted
+         {accesses_per_s:.0} accesses/s (the cache built in {} ms, not counted)",
+        o.hit_ratio,
+        o.demand_hit_ratio,
+        o.evicted,
+        o.setup.as_millis()
     ));
 }
 
@@ -1210,10 +1224,12 @@ fn replay_cell(
         cfg
     };
     let accesses = trace.pages.len() as f64;
+    // The accesses alone are timed, as the libraries' are: building a cache is done once,
+    // and quire's pins its whole budget (the setup time is in the note line).
     let timed = |cfg: CacheConfig| -> anyhow::Result<(Outcome, f64)> {
-        let t = Instant::now();
         let o = replay(cfg, trace)?;
-        Ok((o, accesses / t.elapsed().as_secs_f64().max(1e-9)))
+        let speed = accesses / o.replay.as_secs_f64().max(1e-9);
+        Ok((o, speed))
     };
     for v in QUIRE {
         if !b.wants(v.name) {
