@@ -11,7 +11,10 @@
 //! - `quire-mount`, `s3fs`, `rclone`: DataFusion on the local files of a mount of the bucket
 //!   (`src/mounts.rs`: `quire mount` with the same budgets, found as `$QUIRE_BIN` or the
 //!   workspace's `target/release/quire`; the peers as the `object` suite runs them, in a memory
-//!   group). A peer that is missing is skipped with the reason.
+//!   group). A peer that is missing is skipped with the reason;
+//! - `local`: DataFusion on the same Parquet files where the test server keeps them, on the
+//!   local disk (in the kernel's page cache after the first phase): its `warm_s` alone is
+//!   recorded, the floor that no cache in front of S3 can go under — DataFusion's own work.
 //!
 //! Per variant: `cold_s` (a new process, fresh caches, every query once: the session's set-up,
 //! which reads the files' footers, and a mount's start included), `warm_s` (the same queries
@@ -69,7 +72,16 @@ enum Cmd {
 }
 
 /// The variants, in the order they run.
-const VARIANTS: [&str; 5] = ["direct", "quire-store", "quire-mount", "s3fs", "rclone"];
+const VARIANTS: [&str; 6] = [
+    "direct",
+    "quire-store",
+    "quire-mount",
+    "s3fs",
+    "rclone",
+    "local",
+];
+/// The variants that mount the bucket.
+const MOUNTS: [&str; 3] = ["quire-mount", "s3fs", "rclone"];
 
 #[derive(Parser)]
 struct BenchArgs {
@@ -314,6 +326,8 @@ struct Ctx<'a> {
     case: String,
     net: Network,
     scratch: PathBuf,
+    /// Where the tables are made (the test server's root).
+    root: PathBuf,
     /// The first variant's answers, by query: (rows, digest).
     reference: BTreeMap<u32, (usize, String, &'static str)>,
     samples: Vec<Record>,
@@ -482,6 +496,16 @@ impl Ctx<'_> {
 
     /// A store variant: a process cold then warm, then a second process on the disk tier the
     /// first left.
+    /// The floor: a process on the tables' local files, cold then warm; the warm phase alone
+    /// is recorded (the cold one reads whatever the kernel's page cache lacks from the disk).
+    fn local_variant(&mut self) -> anyhow::Result<()> {
+        let dir = self.root.join(net::BUCKET).join(net::prefix(self.sf));
+        let extra = vec!["--dir".to_string(), dir.display().to_string()];
+        let got = self.client("local", "cold,warm", &extra)?;
+        let warm: Vec<Phase> = got.into_iter().filter(|p| p.phase == "warm").collect();
+        self.phases("local", &warm)
+    }
+
     fn store_variant(&mut self, variant: &'static str) -> anyhow::Result<()> {
         let store = if variant == "direct" {
             "direct"
@@ -561,11 +585,12 @@ fn bench(a: &BenchArgs) -> anyhow::Result<()> {
         case: format!("tpch-{}", tpch::sf_name(sf)),
         net,
         scratch: scratch.path().to_path_buf(),
+        root: root.clone(),
         reference: BTreeMap::new(),
         samples: Vec::new(),
         groups: None,
     };
-    if VARIANTS[2..].iter().any(|v| wants(v)) {
+    if MOUNTS.iter().any(|v| wants(v)) {
         match cgroup::MemGroups::new() {
             Ok(g) => ctx.groups = Some(g),
             Err(why) => eprintln!(
@@ -584,6 +609,9 @@ fn bench(a: &BenchArgs) -> anyhow::Result<()> {
                     .with_context(|| format!("variant {v}"))?,
                 "quire-mount" => ctx
                     .mount_variant(v)
+                    .with_context(|| format!("variant {v}"))?,
+                "local" => ctx
+                    .local_variant()
                     .with_context(|| format!("variant {v}"))?,
                 // A peer that cannot run here is not quire's failure: say why and go on.
                 _ => {

@@ -14,7 +14,8 @@
 //! Variants: `direct` (object_store's S3 client), `quire-store` (the same behind quire-object's
 //! `CachedStore`, 256 MiB of memory and a 2 GiB disk tier), and DataFusion on the local files of
 //! the mounts `quire-mount` (this binary's `quire mount`, passed as `$QUIRE_BIN`), `s3fs` and
-//! `rclone`, the peers in a memory group as in the `object` suite.
+//! `rclone`, the peers in a memory group as in the `object` suite; and `local`, DataFusion on
+//! the same files on the local disk (its warm pass only: the floor of DataFusion's own work).
 //! Case `tpch-sfF` (SF 1; 0.1 with `--quick`); metrics `cold_s`, `warm_s`, `restart_s`, the
 //! GETs and MiB each of those phases fetched (`cold_gets`, `cold_mib`, …) and `peak_rss_mib`.
 
@@ -34,7 +35,14 @@ pub const SUITE: Suite = Suite {
     run,
 };
 
-const VARIANTS: [&str; 5] = ["direct", "quire-store", "quire-mount", "s3fs", "rclone"];
+const VARIANTS: [&str; 6] = [
+    "direct",
+    "quire-store",
+    "quire-mount",
+    "s3fs",
+    "rclone",
+    "local",
+];
 
 /// The metrics the runner records (each has a direction in `metric.rs`; the test below checks).
 const METRICS: [&str; 10] = [
