@@ -113,7 +113,7 @@ impl Kswapd {
     /// hundred nanoseconds of spinning between (and a yield every eighth, so that the thread
     /// runs where it shares this CPU): whether a round ended meanwhile. Cheaper than
     /// [`Kswapd::wait_round`] when the round is about to end, as it is for an allocation that
-    /// comes back every round: no sleep, and no wake-up for the thread to send.
+    /// comes back every round: no sleep, and no thread switch to wake it.
     pub(crate) fn spin_for_round(&self, looks: u32) -> bool {
         let seen = self.shared.rounds_seen.load(Ordering::Acquire);
         for look in 1..=looks {
@@ -225,5 +225,37 @@ fn run(shared: &Shared, target: &Weak<dyn Balance>) {
         // Allocations waiting for this round must not wait for one that will not come.
         *shared.rounds.lock().unwrap_or_else(|e| e.into_inner()) += 1;
         shared.round_done.notify_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicBool;
+
+    #[test]
+    fn a_watch_with_no_round_ending_gives_up() {
+        let k = Kswapd::new();
+        assert!(!k.spin_for_round(16));
+    }
+
+    #[test]
+    fn a_watch_sees_a_round_that_ends_meanwhile() {
+        let k = Arc::new(Kswapd::new());
+        let done = Arc::new(AtomicBool::new(false));
+        let ender = {
+            let (k, done) = (k.clone(), done.clone());
+            std::thread::spawn(move || {
+                while !done.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(1));
+                    k.note_round();
+                }
+            })
+        };
+        // Rounds end every millisecond; a million looks take far longer.
+        let seen = k.spin_for_round(1_000_000);
+        done.store(true, Ordering::Relaxed);
+        ender.join().unwrap();
+        assert!(seen, "the round that ended was not seen");
     }
 }
