@@ -224,8 +224,7 @@ fn a_scan_does_not_flush_the_hot_set() {
 /// sequential working set in where the resident it would displace looked idle lost half the
 /// hot set here (the measured alternative is in docs/journal/). The bar is 0.92, not higher:
 /// background reclaim runs beside the reads, and its timing costs the hot set a few of its 128
-/// reads now and then (0.945 in about one run in six on the 2-core development machine, with
-/// or without the allocation's watch for kswapd's round).
+/// reads now and then (0.945 in about one run in six on the 2-core development machine).
 #[test]
 fn a_scan_of_small_files_does_not_flush_a_slowly_used_hot_set() {
     for readahead in [0, 8] {

@@ -405,6 +405,16 @@ impl Ctx<'_> {
         Ok(())
     }
 
+    /// The most resident memory of the process doing `variant`'s caching, `hwm` bytes.
+    fn record_peak(&mut self, variant: &str, hwm: u64) {
+        self.record(
+            variant,
+            "peak_rss_mib",
+            hwm as f64 / (1 << 20) as f64,
+            "MiB",
+        );
+    }
+
     fn phases(&mut self, variant: &'static str, phases: &[Phase]) -> anyhow::Result<()> {
         for p in phases {
             self.check(variant, p)?;
@@ -484,18 +494,11 @@ impl Ctx<'_> {
             all.extend(got);
         }
         self.phases(variant, &all)?;
-        self.record(
-            variant,
-            "peak_rss_mib",
-            hwm as f64 / (1 << 20) as f64,
-            "MiB",
-        );
+        self.record_peak(variant, hwm);
         let _ = std::fs::remove_dir_all(&cache);
         Ok(())
     }
 
-    /// A store variant: a process cold then warm, then a second process on the disk tier the
-    /// first left.
     /// The floor: a process on the tables' local files, cold then warm; the warm phase alone
     /// is recorded (the cold one reads whatever the kernel's page cache lacks from the disk).
     fn local_variant(&mut self) -> anyhow::Result<()> {
@@ -506,6 +509,8 @@ impl Ctx<'_> {
         self.phases("local", &warm)
     }
 
+    /// A store variant: a process cold then warm, then a second process on the disk tier the
+    /// first left.
     fn store_variant(&mut self, variant: &'static str) -> anyhow::Result<()> {
         let store = if variant == "direct" {
             "direct"
@@ -526,12 +531,7 @@ impl Ctx<'_> {
             .map(|p| p.hwm)
             .max()
             .unwrap_or(0);
-        self.record(
-            variant,
-            "peak_rss_mib",
-            hwm as f64 / (1 << 20) as f64,
-            "MiB",
-        );
+        self.record_peak(variant, hwm);
         let _ = std::fs::remove_dir_all(&tier);
         Ok(())
     }
