@@ -478,6 +478,45 @@ fn the_admission_test_turns_away_refaults_while_the_residents_are_in_use() {
     check_gens(&cache, &cache.stats_exact());
 }
 
+/// Uses of a folio while it is among the last to join probation (its fresh part, 1% of the
+/// budget: here 2 frames) are one use with its read, a burst rather than a reuse: when the
+/// folio moves on its count starts over, and only a use after that takes it into the
+/// generations. Here page 4 is read again while fresh, page 2 after it moved on; reclaim then
+/// goes through probation: page 2 joins the generations, page 4 is evicted as if used once.
+#[test]
+fn uses_while_fresh_are_forgotten_when_the_folio_moves_on() {
+    let cache = PageCache::new(config(256, ReclaimPolicy::MultiGen, true)).unwrap();
+    let f = File::open(&cache, 20, 5);
+    let cached = |p: usize| f.f.is_cached((p * PAGE) as u64, PAGE);
+    // Pages 0..20 read once each (the generations: the cache is filling); 0..10 evicted.
+    for p in 0..20 {
+        f.read(p);
+    }
+    assert_eq!(cache.shrink(10), 10);
+    // Refaults of 0..6: candidates, each turned away to probation by a resident in use (10..16,
+    // passed by the hand). The last two are fresh.
+    for p in 0..6 {
+        assert!(misses_on(&f, p), "page {p} refaults");
+    }
+    let s = cache.stats_exact().lru_gen.unwrap();
+    assert_eq!((s.rejected, s.admitted), (6, 0), "{s:?}");
+    assert_eq!(s.probation[FILE_TYPE], 6, "{s:?}");
+    // Page 4 used again while fresh, page 2 after it moved on.
+    assert!(!misses_on(&f, 4) && !misses_on(&f, 2));
+    // Two more refaults (turned away by 16 and 17) make 4 and 5 move on.
+    for p in 6..8 {
+        assert!(misses_on(&f, p), "page {p} refaults");
+    }
+    let s = cache.stats_exact().lru_gen.unwrap();
+    assert_eq!((s.rejected, s.probation[FILE_TYPE]), (8, 8), "{s:?}");
+    // Reclaim takes probation's older part from its tail: 0, 1, 3, 4 and 5 go; 2 joins the
+    // generations; 6 and 7 (fresh, and probation down to its target) stay.
+    assert_eq!(cache.shrink(5), 5);
+    let gone: Vec<usize> = (0..8).filter(|&p| !cached(p)).collect();
+    assert_eq!(gone, [0, 1, 3, 4, 5]);
+    check_gens(&cache, &cache.stats_exact());
+}
+
 /// The start of the readahead scenarios: a cache of 256 frames with readahead of 8 pages and
 /// a file of 96 pages; pages 0..64 read once into the generations (the cache is filling), the
 /// oldest 32 evicted; then one handle — returned — reads 0..20 in order: refaults without a

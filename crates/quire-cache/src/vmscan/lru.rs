@@ -9,7 +9,7 @@
 //! | [`Lru::ActiveFile`] | file folios used twice, or judged part of the working set at refault |
 //! | [`Lru::Unevictable`] | folios that may not be reclaimed (mlocked) |
 //!
-//! | generation lists (`NR_GEN_LISTS`, one per type and generation) | folios of the multi-generational LRU: anonymous or file, generation `seq % MAX_NR_GENS` |
+//! | generation lists (`NR_GEN_LISTS`, per type: one per generation, probation and its fresh part) | folios of the multi-generational LRU: anonymous or file, generation `seq % MAX_NR_GENS`, or on probation |
 //!
 //! Which list a folio is on follows from its flags ([`Lru::of`]: `UNEVICTABLE`, `ANON`,
 //! `ACTIVE`; and, before those two, the generation bits when they are set), as in the kernel;
@@ -24,9 +24,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::sync::loom::{Mutex, MutexGuard};
 
-#[cfg(any(feature = "bench-internals", loom))]
-use super::lru_gen::PROBATION_GEN;
 use super::lru_gen::{GenState, MAX_NR_GENS};
+#[cfg(any(feature = "bench-internals", loom))]
+use super::lru_gen::{FRESH_GEN, PROBATION_GEN};
 use super::policy::Policy;
 use crate::mem::folio::{Folio, ACTIVE, ANON, GEN_MASK, GEN_SHIFT, PROBATION, UNEVICTABLE};
 use crate::mem::pool::FramePool;
@@ -53,8 +53,12 @@ pub enum Lru {
 pub const NR_LRU_LISTS: usize = 5;
 
 /// How many generation lists: one per type (anonymous, file) and generation, and each type's
-/// probation list (generation bits `PROBATION_GEN + 1`).
-pub(crate) const NR_GEN_LISTS: usize = 2 * (MAX_NR_GENS + 1);
+/// probation list in two parts, the older (generation bits `PROBATION_GEN + 1`) and the fresh
+/// one (`FRESH_GEN + 1`).
+pub(crate) const NR_GEN_LISTS: usize = 2 * GEN_LISTS_PER_TYPE;
+
+/// Generation lists per type: the generations, probation and its fresh part.
+const GEN_LISTS_PER_TYPE: usize = MAX_NR_GENS + 2;
 
 /// Every list of an [`Lruvec`]: the classic ones, then the generation lists.
 pub(crate) const NR_LISTS: usize = NR_LRU_LISTS + NR_GEN_LISTS;
@@ -62,7 +66,7 @@ pub(crate) const NR_LISTS: usize = NR_LRU_LISTS + NR_GEN_LISTS;
 /// The index of the generation list of `type_` (0 anonymous, 1 file) and generation `gen`.
 #[inline]
 pub(crate) fn gen_list(type_: usize, gen: usize) -> usize {
-    NR_LRU_LISTS + type_ * (MAX_NR_GENS + 1) + gen
+    NR_LRU_LISTS + type_ * GEN_LISTS_PER_TYPE + gen
 }
 
 /// The list a folio with these flags is linked on: its generation list when it has a
@@ -84,13 +88,14 @@ pub(crate) fn list_name(l: usize) -> String {
         Lru::ALL[l].name().to_string()
     } else {
         let g = l - NR_LRU_LISTS;
-        let t = if g / (MAX_NR_GENS + 1) == 0 {
+        let t = if g / GEN_LISTS_PER_TYPE == 0 {
             "anon"
         } else {
             "file"
         };
-        match g % (MAX_NR_GENS + 1) {
+        match g % GEN_LISTS_PER_TYPE {
             PROBATION_GEN => format!("probation_{t}"),
+            FRESH_GEN => format!("fresh_{t}"),
             g => format!("gen{g}_{t}"),
         }
     }
