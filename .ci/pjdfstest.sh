@@ -5,7 +5,8 @@
 # through the path above the source would fail here; the mount point lies outside that
 # parent, where the test users can reach it (pjdfstest names files by absolute paths: a mount
 # point under the 0700 parent fails the same 20 user cases on ext4 and on a bind mount too).
-# Fails on any failed case. Usage: .ci/pjdfstest.sh [TEST_PATTERN...] (all cases without one;
+# Fails on any failed case. Where pjdfstest itself stops partway (no summary and no failed
+# case), its output is printed and kept and it runs once more. Usage: .ci/pjdfstest.sh [TEST_PATTERN...] (all cases without one;
 # QUIRE=path picks the binary, target/release/quire by default).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -77,11 +78,24 @@ grep -q " $mnt fuse" /proc/self/mounts || { echo "quire mount did not mount with
 
 mkdir -p target
 out=target/pjdfstest.out
-status=0
-timeout 900 "$pjd" -c "$conf" -p "$mnt" "$@" >"$out" 2>&1 || status=$?
-grep -E 'FAILED|PASSED UNEXPECTEDLY' -A2 "$out" || true
-summary=$(grep '^Summary:' "$out" || true)
-echo "${summary:-pjdfstest gave no summary}"
+run_pjd() {
+  status=0
+  timeout 900 "$pjd" -c "$conf" -p "$mnt" "$@" >"$out" 2>&1 || status=$?
+  grep -E 'FAILED|PASSED UNEXPECTEDLY' -A2 "$out" || true
+  summary=$(grep '^Summary:' "$out" || true)
+  echo "${summary:-pjdfstest gave no summary}"
+}
+run_pjd "$@"
+if [ "$status" -ne 0 ] && [ -z "$summary" ] && ! grep -qE 'FAILED|PASSED UNEXPECTEDLY' "$out"; then
+  # pjdfstest itself stopped (no summary, no failed case): say everything it left, keep its
+  # output, and run it once more. A failed case is never run again.
+  echo "pjdfstest stopped with exit $status and no failed case; its last lines and any panic:" >&2
+  grep -n -B2 -A8 'panicked' "$out" >&2 || true
+  tail -40 "$out" >&2
+  cp "$out" target/pjdfstest.first.out
+  echo "running pjdfstest once more (the first run's output is in target/pjdfstest.first.out)"
+  run_pjd "$@"
+fi
 if [ "$status" -ne 0 ] || [ -z "$summary" ] || ! grep -q '^Summary: 0 failed' <<<"$summary"; then
   tail -20 "$out"
   echo "pjdfstest failed (exit $status)" >&2
