@@ -78,7 +78,7 @@
 //! generations keep the size they had when the cache first filled.
 //!
 //! Probation has a *fresh* part, a list of its own: the folios that joined probation last, 1%
-//! of the budget ([`GenState::fresh_target`]). Uses of a folio while it is fresh are
+//! of the budget (`GenState::fresh_target`). Uses of a folio while it is fresh are
 //! *correlated references* (LRU-K's term): a burst right after the read — a record fetched and
 //! then updated, a page read in several small pieces — is one use of the page, not a reuse.
 //! When the folio moves on to the rest of probation its use count starts over (its
@@ -154,7 +154,7 @@ const MIN_LRU_BATCH: u64 = 64;
 /// The generation bits' value of a folio on its type's probation list.
 pub const PROBATION_GEN: usize = MAX_NR_GENS;
 /// The generation bits' value of a folio on the fresh part of its type's probation list (see
-/// [`GenState::fresh_target`]).
+/// `GenState::fresh_target`).
 pub const FRESH_GEN: usize = MAX_NR_GENS + 1;
 /// The anonymous type.
 pub const ANON_TYPE: usize = 0;
@@ -493,7 +493,7 @@ impl MultiGen {
 
     /// Moves the oldest fresh folio of `type_` on to the head of the rest of its probation
     /// list, its uses while fresh forgotten (correlated references: see
-    /// [`GenState::fresh_target`]). Its `REFERENCED` stays: it says the folio was read at all,
+    /// `GenState::fresh_target`). Its `REFERENCED` stays: it says the folio was read at all,
     /// which tells a read folio from readahead not yet reached. Returns whether there was one.
     fn age_fresh(g: &mut LruGuard<'_>, type_: usize) -> bool {
         let Some(f) = g.tail_of(gen_list(type_, FRESH_GEN)) else {
