@@ -88,8 +88,8 @@
 //! not used at all yet (readahead its reader has not reached)
 //! gets one more turn, back at probation's head (`PROBATION` marks it as having had it) — in
 //! the generations, used once, it would take a resident's place — and once a round of
-//! probation's older part found only such folios (read ahead in windows larger than probation), that round
-//! of reclaim takes from the generations (should they give nothing, probation goes first
+//! probation's older part found only such folios (read ahead in windows larger than
+//! probation), that round of reclaim takes from the generations (should they give nothing, probation goes first
 //! again); the rest, and such a folio still unused on its next turn (a reader slower than that,
 //! or gone), are evicted, marked in their shadows as evicted from probation — except one still
 //! being read (locked), which reclaim cannot evict and puts back into the generations, past the
@@ -225,13 +225,12 @@ impl GenState {
     /// references* (LRU-K's term: a burst of accesses right after a read — a record fetched and
     /// then updated, a page read in several small pieces), one use of the page, not a reuse:
     /// when the folio moves on to the rest of probation its use count starts over, and only a
-    /// use after that takes it into the generations. On the real traces of the tuning set
-    /// (`quire bench evict --trace`, no readahead) this took an application object cache's
-    /// trace (cache2k's `orm-night`) from 2.2% worse than exact LRU to 10.6% better at a cache
-    /// of 10% of its pages, and the default's mean miss-ratio reduction against exact LRU from
-    /// +1.6%, +6.2% and +8.8% to +2.2%, +9.7% and +9.9% at caches of 1%, 10% and 40%; the
-    /// `evict` suite's guards held (zipf 0.841, loop 0.650, switch 0.662, scan 1.00). Half and
-    /// twice this size measured within 0.4 points of it at every size.
+    /// use after that takes it into the generations. Why 1%: on the real traces of the tuning
+    /// set (`quire bench evict --trace`, no readahead; the report is in docs/BENCHMARKS.md) an
+    /// application object cache's trace (cache2k's `orm-night`) misses 11.5% less than exact
+    /// LRU at a cache of 10% of its pages with it and 2.2% more without a fresh part; half and
+    /// twice this size measured within 0.4 points of it in the mean at every size, four times
+    /// it lower at 1% and 40%.
     pub(crate) fn fresh_target(&self) -> usize {
         self.frames / 100
     }
@@ -494,10 +493,10 @@ impl MultiGen {
     /// Moves the oldest fresh folio of `type_` on to the head of the rest of its probation
     /// list, its uses while fresh forgotten (correlated references: see
     /// `GenState::fresh_target`). Its `REFERENCED` stays: it says the folio was read at all,
-    /// which tells a read folio from readahead not yet reached. Returns whether there was one.
-    fn age_fresh(g: &mut LruGuard<'_>, type_: usize) -> bool {
+    /// which tells a read folio from readahead not yet reached.
+    fn age_fresh(g: &mut LruGuard<'_>, type_: usize) {
         let Some(f) = g.tail_of(gen_list(type_, FRESH_GEN)) else {
-            return false;
+            return;
         };
         // (Fresh folios joined probation with no use on record: a first read, or a refault
         // whose shadow had none; `WORKINGSET` and the refs bits are theirs from since then.)
@@ -508,7 +507,6 @@ impl MultiGen {
         g.unlink(f);
         f.set_gen_bits(PROBATION_GEN as u64 + 1);
         g.link(f, gen_list(type_, PROBATION_GEN), false);
-        true
     }
 
     /// The shadow to leave for `folio`, evicted now: the age, its uses beyond the first and
@@ -712,7 +710,7 @@ impl MultiGen {
                     None => break,
                 }
             };
-            if from_probation && g.frames_of(probation) == 0 {
+            if from_probation && older == 0 {
                 // Probation's older part is empty: its fresh part moves on.
                 Self::age_fresh(&mut g, type_);
             }
