@@ -5,11 +5,10 @@
 # through the path above the source would fail here; the mount point lies outside that
 # parent, where the test users can reach it (pjdfstest names files by absolute paths: a mount
 # point under the 0700 parent fails the same 20 user cases on ext4 and on a bind mount too).
-# Fails on any case that fails twice: after a failed run (or one where pjdfstest itself stops
-# partway, exit 101, no summary), its output is printed and kept and it runs once more; its panic hook prints
-# nothing, so a panic outside a test case (making or chmod-ing its per-case directory in the
-# mount) ends it silently. That happened in 2 runs of 30 on the mount and in none of 40 on a
-# plain directory; see docs/ARCHITECTURE.md (node ids). Usage: .ci/pjdfstest.sh
+# Fails on any failed case, and when pjdfstest stops partway (exit 101, no summary: its panic
+# hook prints nothing, so a panic outside a test case, making or chmod-ing its per-case
+# directory in the mount, ends it silently); either way its failures, any panic and its last
+# lines are printed. Usage: .ci/pjdfstest.sh
 # [TEST_PATTERN...] (all cases without one; QUIRE=path picks the binary,
 # target/release/quire by default; PJD_WRAP="strace -f -o FILE" or the like runs pjdfstest
 # under that command).
@@ -83,28 +82,14 @@ grep -q " $mnt fuse" /proc/self/mounts || { echo "quire mount did not mount with
 
 mkdir -p target
 out=target/pjdfstest.out
-run_pjd() {
-  status=0
-  timeout 900 ${PJD_WRAP:-} "$pjd" -c "$conf" -p "$mnt" "$@" >"$out" 2>&1 || status=$?
-  grep -E 'FAILED|PASSED UNEXPECTEDLY' -A2 "$out" || true
-  summary=$(grep '^Summary:' "$out" || true)
-  echo "${summary:-pjdfstest gave no summary}"
-}
-run_pjd "$@"
-if [ "$status" -ne 0 ]; then
-  # pjdfstest stopped, or a case failed: say everything it left, keep its output, and run it
-  # once more. Both have been seen from the node-id reuse described in docs/ARCHITECTURE.md (a
-  # chmod or mkdir of a fresh file failing); a failure that comes back fails the step.
-  echo "pjdfstest failed or stopped (exit $status); its failures, any panic and its last lines:" >&2
+status=0
+timeout 900 ${PJD_WRAP:-} "$pjd" -c "$conf" -p "$mnt" "$@" >"$out" 2>&1 || status=$?
+summary=$(grep '^Summary:' "$out" || true)
+echo "${summary:-pjdfstest gave no summary}"
+if [ "$status" -ne 0 ] || [ -z "$summary" ] || ! grep -q '^Summary: 0 failed' <<<"$summary"; then
   grep -E 'FAILED|PASSED UNEXPECTEDLY' -A3 "$out" >&2 || true
   grep -n -B2 -A8 'panicked' "$out" >&2 || true
   tail -40 "$out" >&2
-  cp "$out" target/pjdfstest.first.out
-  echo "running pjdfstest once more (the first run's output is in target/pjdfstest.first.out)"
-  run_pjd "$@"
-fi
-if [ "$status" -ne 0 ] || [ -z "$summary" ] || ! grep -q '^Summary: 0 failed' <<<"$summary"; then
-  tail -20 "$out"
   echo "pjdfstest failed (exit $status)" >&2
   exit 1
 fi

@@ -8,27 +8,39 @@
 //! dentries the kernel can still name stay in the cache, and nothing else is pinned by the
 //! kernel.
 //!
-//! A node is one *file* (one backing inode: its [`Identity`]), not one name: a file with two hard
-//! links reached by two names is one node with two *aliases* (dentries), as the kernel has one
-//! inode for it, and `st_ino` is the same through both names. The node id is the backing inode
-//! number where it can be (same device as the root, not 0 or 1, below 2^63), so inode numbers
-//! stay stable across remounts as a real file system's do; anything else (files on other
-//! devices mounted inside the root, odd numbers) gets a synthetic id above 2^63. The root is
-//! node 1 (`FUSE_ROOT_ID`) and is never forgotten.
+//! A node is one *file* (one backing inode: its [`Identity`] and birth time), not one name: a
+//! file with two hard links reached by two names is one node with two *aliases* (dentries), as
+//! the kernel has one inode for it, and `st_ino` is the same through both names. The node id is
+//! the backing inode number where it can be (same device as the root, not 0 or 1, below 2^63),
+//! so inode numbers stay stable across remounts as a real file system's do; anything else (files
+//! on other devices mounted inside the root, odd numbers) gets a synthetic id above 2^63. The
+//! root is node 1 (`FUSE_ROOT_ID`) and is never forgotten.
+//!
+//! A node id must name one file for as long as the kernel may use it, but the backing file
+//! system hands a freed inode number to the next file it makes (ext4 at once), while the kernel
+//! learns that the old file is gone only when its FORGET arrives, later. The kernel finds its
+//! inode by node id alone (the generation in an entry reply only matters to NFS export): had the
+//! new file the old one's id, the kernel would take the old inode for it — sharing its cached
+//! attributes and pages with a file that still has open handles, or, if the type differs,
+//! marking the old inode bad so its handles fail. So a file whose number is still held by a node
+//! for another file (a different type or birth time) gets a synthetic id instead, kept
+//! in the table of synthetic ids until the kernel forgets it.
 //!
 //! Invariant (checked by [`Nodes::check`]): for every node, the kernel's count equals the sum of
 //! the references its aliases hold, and a node whose count falls to zero leaves the table.
+//!
+//! Locks: a shard, then the synthetic table, then a node's state; never the other way.
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::path::Path;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 use quire::dcache::{Dcache, DcacheConfig, DcacheError, Dentry, DentryRef, Identity};
-use rustix::fs::Statx;
+use rustix::fs::{Statx, StatxFlags};
 
 /// The root's node id (`FUSE_ROOT_ID`).
 pub const ROOT_ID: u64 = 1;
@@ -39,8 +51,27 @@ const SYNTHETIC: u64 = 1 << 63;
 /// Shards of the table (node ids are spread by a multiplicative hash).
 const SHARDS: usize = 64;
 
-/// One shard of the table: node id → node.
+/// One shard of the table: node id → node, for ids that are inode numbers.
 type Shard = Mutex<HashMap<u64, Arc<Node>>>;
+
+/// Nodes with synthetic ids, and which id each such file has.
+#[derive(Default)]
+struct Synthetic {
+    /// (device, inode number) → the synthetic id of the file that has that number now.
+    ids: HashMap<(u64, u64), u64>,
+    /// Synthetic id → node.
+    nodes: HashMap<u64, Arc<Node>>,
+}
+
+/// A file's birth time (`statx`'s `stx_btime`), if the file system reports one: with the inode
+/// number, it tells a file from a later one given the same number.
+pub type Birth = Option<(i64, u32)>;
+
+/// The birth time in `st`, if `statx` filled it in.
+pub fn birth_of(st: &Statx) -> Birth {
+    (st.stx_mask & StatxFlags::BTIME.bits() != 0)
+        .then_some((st.stx_btime.tv_sec, st.stx_btime.tv_nsec))
+}
 
 /// One file the kernel knows by a node id.
 pub struct Node {
@@ -48,6 +79,8 @@ pub struct Node {
     pub id: u64,
     /// The backing file's identity (device, inode number, type) when it was first looked up.
     pub ident: Identity,
+    /// The backing file's birth time, where the file system has one.
+    pub born: Birth,
     state: Mutex<NodeState>,
 }
 
@@ -69,6 +102,64 @@ struct Alias {
 unsafe impl Send for Alias {}
 
 impl Node {
+    fn new(id: u64, ident: Identity, born: Birth) -> Arc<Node> {
+        Arc::new(Node {
+            id,
+            ident,
+            born,
+            state: Mutex::new(NodeState::default()),
+        })
+    }
+
+    /// Whether the file `ident` (born at `born`) is this node's file. Without a birth time on
+    /// either side, an inode number of the same type is taken as the same file.
+    pub fn is_file(&self, ident: &Identity, born: Birth) -> bool {
+        self.ident == *ident && (self.born.is_none() || born.is_none() || self.born == born)
+    }
+
+    /// Whether `st` (from `statx` with at least type and inode number) describes this node's
+    /// file.
+    pub fn is(&self, st: &Statx) -> bool {
+        self.is_file(&Identity::from_statx(st), birth_of(st))
+    }
+
+    /// Counts one kernel lookup, keeping the dentry reference `d` as the kernel's.
+    fn count(&self, d: NonNull<Dentry>) {
+        let mut st = self.state.lock();
+        st.lookups += 1;
+        match st.aliases.iter_mut().find(|a| a.d == d) {
+            Some(a) => a.refs += 1,
+            None => st.aliases.push(Alias { d, refs: 1 }),
+        }
+    }
+
+    /// Gives back `n` of the kernel's lookups (clamped to the count), pushing the dentry
+    /// references to put onto `put`; true if the count is now zero.
+    fn uncount(&self, n: u64, put: &mut Vec<NonNull<Dentry>>) -> bool {
+        let mut st = self.state.lock();
+        let n = n.min(st.lookups);
+        st.lookups -= n;
+        let mut left = n;
+        // Removed names first: the kernel is done with them sooner.
+        st.aliases.sort_by_key(|a| {
+            // SAFETY: each alias pointer is kept alive by its references.
+            unsafe { a.d.as_ref() }.is_hashed()
+        });
+        for a in st.aliases.iter_mut() {
+            let k = a.refs.min(left);
+            for _ in 0..k {
+                put.push(a.d);
+            }
+            a.refs -= k;
+            left -= k;
+            if left == 0 {
+                break;
+            }
+        }
+        st.aliases.retain(|a| a.refs > 0);
+        st.lookups == 0
+    }
+
     /// The kernel's lookup count now.
     pub fn lookups(&self) -> u64 {
         self.state.lock().lookups
@@ -103,9 +194,14 @@ impl std::fmt::Debug for Node {
 
 /// The table: node id → [`Node`], over one [`Dcache`].
 pub struct Nodes {
+    /// Nodes whose id is their inode number.
     shards: Box<[Shard]>,
-    /// (device, inode) → synthetic id, for files whose inode number cannot be the id.
-    synthetic: Mutex<HashMap<(u64, u64), u64>>,
+    /// Nodes with synthetic ids.
+    synthetic: Mutex<Synthetic>,
+    /// Entries of `synthetic.ids` for numbers that could be ids themselves (files given a
+    /// synthetic id because their number was held): while zero, a free number needs no look
+    /// into the synthetic table.
+    reissued: AtomicUsize,
     next_synthetic: AtomicU64,
     root: Arc<Node>,
     root_dev: u64,
@@ -120,13 +216,10 @@ impl Nodes {
         let ident = dcache.root().identity().expect("the root exists");
         Ok(Nodes {
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
-            synthetic: Mutex::new(HashMap::new()),
+            synthetic: Mutex::new(Synthetic::default()),
+            reissued: AtomicUsize::new(0),
             next_synthetic: AtomicU64::new(SYNTHETIC),
-            root: Arc::new(Node {
-                id: ROOT_ID,
-                ident,
-                state: Mutex::new(NodeState::default()),
-            }),
+            root: Node::new(ROOT_ID, ident, None),
             root_dev: ident.dev,
             dcache,
         })
@@ -147,26 +240,32 @@ impl Nodes {
         &self.shards[h as usize % SHARDS]
     }
 
-    /// The node id for a file.
-    fn id_of(&self, ident: &Identity) -> u64 {
-        if ident.dev == self.root_dev && ident.ino > ROOT_ID && ident.ino < SYNTHETIC {
-            return ident.ino;
+    /// Whether a file on `dev` numbered `ino` may have its number as its node id.
+    fn numbered(&self, dev: u64, ino: u64) -> bool {
+        dev == self.root_dev && ino > ROOT_ID && ino < SYNTHETIC
+    }
+
+    /// The node id the kernel should see as `d_ino` for the file numbered `ino` on device
+    /// `dev` in a directory listing: the id its node has or will have.
+    pub fn id_for(&self, dev: u64, ino: u64) -> u64 {
+        if self.numbered(dev, ino) {
+            if self.reissued.load(Ordering::Relaxed) == 0 {
+                return ino;
+            }
+            return self
+                .synthetic
+                .lock()
+                .ids
+                .get(&(dev, ino))
+                .copied()
+                .unwrap_or(ino);
         }
         *self
             .synthetic
             .lock()
-            .entry((ident.dev, ident.ino))
+            .ids
+            .entry((dev, ino))
             .or_insert_with(|| self.next_synthetic.fetch_add(1, Ordering::Relaxed))
-    }
-
-    /// The node id of the file with inode number `ino` on device `dev` (for directory
-    /// entries' `d_ino`).
-    pub fn id_for(&self, dev: u64, ino: u64) -> u64 {
-        self.id_of(&Identity {
-            dev,
-            ino,
-            kind: quire::dcache::FileKind::Other,
-        })
     }
 
     /// The node with id `id`, if the kernel may know it.
@@ -174,17 +273,27 @@ impl Nodes {
         if id == ROOT_ID {
             return Some(self.root.clone());
         }
+        if id >= SYNTHETIC {
+            return self.synthetic.lock().nodes.get(&id).cloned();
+        }
         self.shard(id).lock().get(&id).cloned()
     }
 
     /// Nodes in the table (the root not counted).
     pub fn len(&self) -> usize {
-        self.shards.iter().map(|s| s.lock().len()).sum()
+        let numbered: usize = self.shards.iter().map(|s| s.lock().len()).sum();
+        numbered + self.synthetic.lock().nodes.len()
     }
 
     /// Whether the table holds no node but the root.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Nodes with synthetic ids (files on other devices, and files whose inode number was
+    /// still held by a node for a file now gone).
+    pub fn synthetic_len(&self) -> usize {
+        self.synthetic.lock().nodes.len()
     }
 
     /// A reference to a dentry of `node` — one still in its directory if there is one — or
@@ -215,37 +324,77 @@ impl Nodes {
             .dentry(parent)
             .ok_or_else(|| DcacheError::NotFound { path: name.into() })?;
         let (d, st) = self.dcache.lookup_stat(&dir, name)?;
-        Ok((self.remember(d), st))
+        Ok((self.remember(d, &st), st))
     }
 
-    /// Counts one kernel lookup of the file `d` names, keeping the reference `d` as the
-    /// kernel's; returns its node.
-    pub fn remember(&self, d: DentryRef<'_>) -> Arc<Node> {
+    /// Counts one kernel lookup of the file `d` names (`st` its `statx`, for the birth time),
+    /// keeping the reference `d` as the kernel's; returns its node.
+    pub fn remember(&self, d: DentryRef<'_>, st: &Statx) -> Arc<Node> {
         let ident = d.identity().expect("a positive entry");
-        let id = self.id_of(&ident);
-        let node = {
-            let mut shard = self.shard(id).lock();
-            let node = shard
-                .entry(id)
-                .or_insert_with(|| {
-                    Arc::new(Node {
-                        id,
-                        ident,
-                        state: Mutex::new(NodeState::default()),
-                    })
-                })
-                .clone();
-            // Under the shard lock, so a concurrent forget cannot drop the node in between.
-            let mut st = node.state.lock();
-            st.lookups += 1;
-            let ptr = d.into_raw();
-            match st.aliases.iter_mut().find(|a| a.d == ptr) {
-                Some(a) => a.refs += 1,
-                None => st.aliases.push(Alias { d: ptr, refs: 1 }),
+        let born = birth_of(st);
+        let ptr = d.into_raw();
+        if !self.numbered(ident.dev, ident.ino) {
+            let mut syn = self.synthetic.lock();
+            let key = (ident.dev, ident.ino);
+            let id = match syn.ids.get(&key).map(|id| (*id, syn.nodes.get(id))) {
+                Some((_, Some(n))) if n.is_file(&ident, born) => {
+                    // Under the table's lock, so a concurrent forget cannot drop it in between.
+                    n.count(ptr);
+                    return n.clone();
+                }
+                // Listed in a directory before, never looked up.
+                Some((id, None)) => id,
+                // Never seen, or the number is held by a node for a file that is gone.
+                _ => {
+                    let id = self.next_synthetic.fetch_add(1, Ordering::Relaxed);
+                    syn.ids.insert(key, id);
+                    id
+                }
+            };
+            let node = Node::new(id, ident, born);
+            syn.nodes.insert(id, node.clone());
+            node.count(ptr);
+            return node;
+        }
+        let mut shard = self.shard(ident.ino).lock();
+        let held = match shard.get(&ident.ino) {
+            Some(n) if n.is_file(&ident, born) => {
+                n.count(ptr);
+                return n.clone();
             }
-            drop(st);
-            node
+            Some(_) => true,
+            None => false,
         };
+        // A synthetic id for this number can only be made under this shard's lock, which is
+        // held: if none was counted, there is none for it.
+        if held || self.reissued.load(Ordering::Relaxed) > 0 {
+            let mut syn = self.synthetic.lock();
+            let key = (ident.dev, ident.ino);
+            let mine = syn
+                .ids
+                .get(&key)
+                .and_then(|id| syn.nodes.get(id))
+                .filter(|n| n.is_file(&ident, born))
+                .cloned();
+            if let Some(n) = mine {
+                n.count(ptr);
+                return n;
+            }
+            if held {
+                // The number still names a node for a file that is gone.
+                let id = self.next_synthetic.fetch_add(1, Ordering::Relaxed);
+                if syn.ids.insert(key, id).is_none() {
+                    self.reissued.fetch_add(1, Ordering::Relaxed);
+                }
+                let node = Node::new(id, ident, born);
+                syn.nodes.insert(id, node.clone());
+                node.count(ptr);
+                return node;
+            }
+        }
+        let node = Node::new(ident.ino, ident, born);
+        shard.insert(ident.ino, node.clone());
+        node.count(ptr);
         node
     }
 
@@ -257,82 +406,89 @@ impl Nodes {
         if id == ROOT_ID || n == 0 {
             return;
         }
-        let mut drop_refs: Vec<NonNull<Dentry>> = Vec::new();
-        {
-            let mut shard = self.shard(id).lock();
-            let Some(node) = shard.get(&id) else {
-                return;
-            };
-            let mut st = node.state.lock();
-            let n = n.min(st.lookups);
-            st.lookups -= n;
-            let mut left = n;
-            // Removed names first: the kernel is done with them sooner.
-            st.aliases.sort_by_key(|a| {
-                // SAFETY: each alias pointer is kept alive by its references.
-                unsafe { a.d.as_ref() }.is_hashed()
-            });
-            for a in st.aliases.iter_mut() {
-                let k = a.refs.min(left);
-                for _ in 0..k {
-                    drop_refs.push(a.d);
-                }
-                a.refs -= k;
-                left -= k;
-                if left == 0 {
-                    break;
+        let mut put: Vec<NonNull<Dentry>> = Vec::new();
+        if id >= SYNTHETIC {
+            let mut syn = self.synthetic.lock();
+            if let Some(node) = syn.nodes.get(&id).cloned() {
+                if node.uncount(n, &mut put) {
+                    syn.nodes.remove(&id);
+                    let key = (node.ident.dev, node.ident.ino);
+                    if syn.ids.get(&key) == Some(&id) {
+                        syn.ids.remove(&key);
+                        if self.numbered(key.0, key.1) {
+                            self.reissued.fetch_sub(1, Ordering::Relaxed);
+                        }
+                    }
                 }
             }
-            st.aliases.retain(|a| a.refs > 0);
-            let gone = st.lookups == 0;
-            drop(st);
-            if gone {
-                let node = shard.remove(&id).expect("present");
-                if node.id >= SYNTHETIC {
-                    self.synthetic
-                        .lock()
-                        .remove(&(node.ident.dev, node.ident.ino));
+        } else {
+            let mut shard = self.shard(id).lock();
+            if let Some(node) = shard.get(&id) {
+                if node.uncount(n, &mut put) {
+                    shard.remove(&id);
                 }
             }
         }
-        for d in drop_refs {
+        for d in put {
             // SAFETY: each pointer is one reference the node held, given up here once.
             drop(unsafe { self.dcache.ref_from_raw(d) });
         }
     }
 
+    /// Every node but the root.
+    fn all(&self) -> Vec<Arc<Node>> {
+        let mut out: Vec<Arc<Node>> = self
+            .shards
+            .iter()
+            .flat_map(|s| s.lock().values().cloned().collect::<Vec<_>>())
+            .collect();
+        out.extend(self.synthetic.lock().nodes.values().cloned());
+        out
+    }
+
     /// Checks the table's invariant: every node's kernel count equals the references its
-    /// aliases hold, and is positive. Returns the first violation.
+    /// aliases hold, and is positive; every synthetic id for an inode number names a node.
+    /// Returns the first violation.
     pub fn check(&self) -> Result<(), String> {
+        fn counts(node: &Node) -> Result<(), String> {
+            let st = node.state.lock();
+            let refs: u64 = st.aliases.iter().map(|a| a.refs).sum();
+            if st.lookups == 0 || refs != st.lookups {
+                return Err(format!(
+                    "node {}: {} lookups, {refs} references held",
+                    node.id, st.lookups
+                ));
+            }
+            Ok(())
+        }
+        // Each under its table's lock, as forget removes a node whose count fell to zero.
         for shard in self.shards.iter() {
-            for (id, node) in shard.lock().iter() {
-                let st = node.state.lock();
-                let refs: u64 = st.aliases.iter().map(|a| a.refs).sum();
-                if st.lookups == 0 || refs != st.lookups {
-                    return Err(format!(
-                        "node {id}: {} lookups, {refs} references held",
-                        st.lookups
-                    ));
+            shard.lock().values().try_for_each(|n| counts(n))?;
+        }
+        let syn = self.synthetic.lock();
+        syn.nodes.values().try_for_each(|n| counts(n))?;
+        let mut numbered = 0;
+        for (&(dev, ino), id) in &syn.ids {
+            if self.numbered(dev, ino) {
+                numbered += 1;
+                if !syn.nodes.contains_key(id) {
+                    return Err(format!("inode {ino}'s synthetic id {id} has no node"));
                 }
             }
+        }
+        let counted = self.reissued.load(Ordering::Relaxed);
+        if numbered != counted {
+            return Err(format!(
+                "{numbered} synthetic ids for inode numbers, {counted} counted"
+            ));
         }
         Ok(())
     }
 
     /// Gives back every kernel lookup (the kernel is gone: unmounted).
     pub fn forget_all(&self) {
-        let ids: Vec<(u64, u64)> = self
-            .shards
-            .iter()
-            .flat_map(|s| {
-                s.lock()
-                    .values()
-                    .map(|n| (n.id, n.lookups()))
-                    .collect::<Vec<_>>()
-            })
-            .collect();
-        for (id, n) in ids {
-            self.forget(id, n);
+        for node in self.all() {
+            self.forget(node.id, node.lookups());
         }
     }
 }

@@ -7,13 +7,13 @@ use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::fs;
 use std::os::unix::fs::MetadataExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use quire::dcache::{DcacheConfig, RenameMode};
-use quire_fuse::nodes::{Nodes, ROOT_ID};
+use quire_fuse::nodes::{Birth, Nodes, ROOT_ID};
 
 struct TempDir(PathBuf);
 
@@ -34,6 +34,16 @@ impl Drop for TempDir {
     fn drop(&mut self) {
         let _ = fs::remove_dir_all(&self.0);
     }
+}
+
+/// `statx` of `p` (not following a symlink), birth time included.
+fn statx(p: &Path) -> rustix::io::Result<rustix::fs::Statx> {
+    rustix::fs::statx(
+        rustix::fs::CWD,
+        p,
+        rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+        rustix::fs::StatxFlags::BASIC_STATS | rustix::fs::StatxFlags::BTIME,
+    )
 }
 
 fn table(t: &TempDir) -> Nodes {
@@ -108,7 +118,15 @@ fn lookups_and_forgets_match_the_kernels_count_through_renames_unlinks_and_links
                 match nodes.lookup(&parent_node, OsStr::new(name)) {
                     Ok((n, st)) => {
                         assert!(exists, "step {step}: found {dir}/{name}");
-                        assert_eq!(n.id, st.stx_ino, "the id is the inode number");
+                        assert!(n.is(&st), "step {step}: the node is the file found");
+                        // The id is the inode number, unless the kernel still held that
+                        // number for a file now gone when this one was first looked up.
+                        assert!(
+                            n.id == st.stx_ino || n.id >= 1 << 63,
+                            "step {step}: id {} for inode {}",
+                            n.id,
+                            st.stx_ino
+                        );
                         *held.entry(n.id).or_default() += 1;
                     }
                     Err(_) => assert!(!exists, "step {step}: missed {dir}/{name}"),
@@ -168,8 +186,8 @@ fn lookups_and_forgets_match_the_kernels_count_through_renames_unlinks_and_links
                     let r = dc.make_at(&pd, other, |dir, n| {
                         rustix::fs::linkat(dir, name, dir, n, rustix::fs::AtFlags::empty())
                     });
-                    if let Ok((d, _, ())) = r {
-                        let n = nodes.remember(d);
+                    if let Ok((d, st, ())) = r {
+                        let n = nodes.remember(d, &st);
                         assert_eq!(n.id, src.id, "a hard link is the same node");
                         *held.entry(n.id).or_default() += 1;
                     }
@@ -179,6 +197,15 @@ fn lookups_and_forgets_match_the_kernels_count_through_renames_unlinks_and_links
         drop(pd);
         nodes.check().unwrap_or_else(|e| panic!("step {step}: {e}"));
         assert_eq!(nodes.len(), held.len(), "step {step}: nodes in the table");
+        // One file, one node: no two held nodes name the same file.
+        let mut files: HashMap<(u64, u64, Birth), u64> = HashMap::new();
+        for id in held.keys() {
+            let n = nodes.get(*id).expect("a held node is in the table");
+            let file = (n.ident.dev, n.ident.ino, n.born);
+            if let Some(other) = files.insert(file, *id) {
+                panic!("step {step}: nodes {other} and {id} are one file");
+            }
+        }
         for (id, k) in &held {
             let n = nodes.get(*id).expect("a held node is in the table");
             assert_eq!(n.lookups(), *k, "step {step}: node {id}");
@@ -187,8 +214,12 @@ fn lookups_and_forgets_match_the_kernels_count_through_renames_unlinks_and_links
             if n.has_name() {
                 let d = nodes.dentry(&n).unwrap();
                 if let Some(p) = nodes.dcache().fs_path_of(&d) {
-                    if let Ok(md) = fs::symlink_metadata(&p) {
-                        assert_eq!(md.ino(), n.ident.ino, "step {step}: {}", p.display());
+                    if let Ok(st) = statx(&p) {
+                        assert!(
+                            n.is(&st),
+                            "step {step}: {} is node {id}'s file",
+                            p.display()
+                        );
                     }
                 }
             }
@@ -296,7 +327,11 @@ fn concurrent_lookups_forgets_and_renames_leave_exact_counts() {
         }
         // The invariant holds at any moment (checked while they run).
         while Instant::now() < deadline {
-            nodes.check().unwrap();
+            if let Err(e) = nodes.check() {
+                // Stop the others first: the scope joins them before the panic can end it.
+                stop.store(true, Ordering::Relaxed);
+                panic!("{e}");
+            }
             std::thread::sleep(Duration::from_millis(10));
         }
         stop.store(true, Ordering::Relaxed);
@@ -344,5 +379,87 @@ fn a_removed_name_keeps_its_node_until_forgotten_and_ids_are_inode_numbers() {
     );
     nodes.forget(ROOT_ID, 3);
     assert!(nodes.get(ROOT_ID).is_some(), "the root is never forgotten");
+    assert_all_released(&nodes);
+}
+
+/// Makes files of one kind in `dir` (directories or regular files) until the file system gives
+/// one the inode number `ino`; its name, or `None` if none of 256 got it.
+fn make_until_numbered(dir: &Path, tag: &str, as_dir: bool, ino: u64) -> Option<String> {
+    for i in 0..256 {
+        let name = format!("{tag}{i}");
+        let p = dir.join(&name);
+        if as_dir {
+            fs::create_dir(&p).unwrap();
+        } else {
+            fs::write(&p, b"new").unwrap();
+        }
+        if fs::symlink_metadata(&p).unwrap().ino() == ino {
+            return Some(name);
+        }
+    }
+    None
+}
+
+#[test]
+fn a_number_reused_while_the_kernel_holds_the_old_file_is_a_new_node() {
+    let t = TempDir::new("reuse");
+    let nodes = table(&t);
+    let root = nodes.root();
+    let dc = nodes.dcache();
+    // The old file's type differs (a directory takes a file's number), then only its birth time
+    // does (a file takes a file's number).
+    for (round, as_dir) in [(0, true), (1, false)] {
+        let old_name = format!("old{round}");
+        fs::write(t.0.join(&old_name), b"old").unwrap();
+        // The kernel knows the file, then its last name goes; its FORGET has not come yet.
+        let (old, _) = nodes.lookup(&root, OsStr::new(&old_name)).unwrap();
+        assert_eq!(old.id, old.ident.ino);
+        dc.unlink_at(&dc.root(), &old_name).unwrap();
+        let ino = old.ident.ino;
+        let Some(name) = make_until_numbered(&t.0, &format!("new{round}-"), as_dir, ino) else {
+            eprintln!("skipped: the file system never gave inode {ino} to a new file");
+            return;
+        };
+        if !as_dir && old.born.is_none() {
+            eprintln!("skipped: the file system reports no birth times");
+            return;
+        }
+        let (new, _) = nodes.lookup(&root, OsStr::new(&name)).unwrap();
+        assert_eq!(
+            new.ident.ino, ino,
+            "round {round}: the backing number is the same"
+        );
+        assert_ne!(
+            new.id, old.id,
+            "round {round}: a new file gets a node of its own"
+        );
+        assert!(!old.is(&statx(&t.0.join(&name)).unwrap()));
+        assert!(new.is(&statx(&t.0.join(&name)).unwrap()));
+        assert_eq!(
+            nodes.id_for(new.ident.dev, ino),
+            new.id,
+            "d_ino in listings"
+        );
+        let (again, _) = nodes.lookup(&root, OsStr::new(&name)).unwrap();
+        assert_eq!(again.id, new.id, "round {round}: found again by its number");
+        assert_eq!((old.lookups(), new.lookups()), (1, 2));
+        assert_eq!(nodes.synthetic_len(), 1);
+        nodes.check().unwrap();
+        // The kernel forgets the old file: the new one keeps its id while the kernel knows it.
+        nodes.forget(old.id, 1);
+        assert!(nodes.get(old.id).is_none());
+        let (again, _) = nodes.lookup(&root, OsStr::new(&name)).unwrap();
+        assert_eq!(again.id, new.id);
+        nodes.check().unwrap();
+        nodes.forget(new.id, 3);
+        assert!(nodes.get(new.id).is_none() && nodes.synthetic_len() == 0);
+        nodes.check().unwrap();
+        // Once nothing holds the number, the file's id is its number again.
+        let (later, _) = nodes.lookup(&root, OsStr::new(&name)).unwrap();
+        assert_eq!(later.id, ino);
+        assert_eq!(nodes.id_for(later.ident.dev, ino), ino);
+        nodes.forget(later.id, 1);
+    }
+    nodes.check().unwrap();
     assert_all_released(&nodes);
 }

@@ -350,10 +350,11 @@ impl Dcache {
     }
 
     /// Looks up `name` in the directory `parent` and returns its entry with the file's full
-    /// `statx` (basic stats, not following a symlink), made now: the entry is checked against
-    /// the file system on every call — kept if it still names the same file, replaced if not —
-    /// so nothing stale is returned whatever [`DcacheConfig::revalidate_after`] says. A missing
-    /// name is `NotFound` and is cached as a negative entry. For a front end (FUSE) that must
+    /// `statx` (basic stats and birth time, not following a symlink), made now: the entry is
+    /// checked against the file system on every call — kept if it still names the same file,
+    /// replaced if not — so nothing stale is returned whatever
+    /// [`DcacheConfig::revalidate_after`] says. A missing name is `NotFound` and is cached as a
+    /// negative entry. For a front end (FUSE) that must
     /// answer every lookup with fresh attributes anyway: one system call per lookup.
     pub fn lookup_stat(
         &self,
@@ -384,7 +385,7 @@ impl Dcache {
             &dir,
             name,
             AtFlags::SYMLINK_NOFOLLOW,
-            StatxFlags::BASIC_STATS,
+            StatxFlags::BASIC_STATS | StatxFlags::BTIME,
         ) {
             Ok(st) => {
                 let d = self.install(&parent, nb, hash, Some(identity_of(&st)), now, None);
@@ -511,7 +512,7 @@ impl Dcache {
     /// Makes `name` in the directory `parent` with a system call of the caller's — `op` gets
     /// the directory's descriptor and the name, and creates the file, directory, node or link
     /// there (with the mode, flags and owner the caller wants) — then takes its `statx` (basic
-    /// stats, not following a symlink) and records the new entry. Runs under the namespace and
+    /// stats and birth time, not following a symlink) and records the new entry. Runs under the namespace and
     /// directory locks, like every change; `op`'s error is returned as the cache's error for
     /// that `errno`, and leaves the cache as it was. `op` must not call back into the cache.
     pub fn make_at<'s, T>(
@@ -527,7 +528,7 @@ impl Dcache {
                 dir,
                 name,
                 AtFlags::SYMLINK_NOFOLLOW,
-                StatxFlags::BASIC_STATS,
+                StatxFlags::BASIC_STATS | StatxFlags::BTIME,
             )
             .map_err(|e| DcacheError::from_errno(e, path))?;
             let ident = identity_of(&st);

@@ -59,16 +59,16 @@ pub fn attr_of(id: u64, st: &rustix::fs::Statx) -> FileAttr {
 
 /// `statx` of the file `fd` refers to (also an `O_PATH` descriptor).
 pub fn statx_fd(fd: BorrowedFd<'_>) -> rustix::io::Result<rustix::fs::Statx> {
-    rustix::fs::statx(fd, "", AtFlags::EMPTY_PATH, StatxFlags::BASIC_STATS)
+    rustix::fs::statx(
+        fd,
+        "",
+        AtFlags::EMPTY_PATH,
+        StatxFlags::BASIC_STATS | StatxFlags::BTIME,
+    )
 }
 
 /// `/proc/self/fd/N`: the file an `O_PATH` descriptor refers to, for calls that have no
 /// `*at` form taking a descriptor (chmod without following, xattrs).
 pub(super) fn proc_path(fd: BorrowedFd<'_>) -> PathBuf {
     PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()))
-}
-
-pub(super) fn same_file(st: &rustix::fs::Statx, ident: &Identity) -> bool {
-    let i = Identity::from_statx(st);
-    i.dev == ident.dev && i.ino == ident.ino
 }

@@ -92,7 +92,7 @@ impl FsState {
     /// `fd`'s attributes, checked to be `node`'s file (`ESTALE` if the name now names another).
     pub(super) fn check_same(node: &Node, fd: &OwnedFd) -> R<rustix::fs::Statx> {
         let st = statx_fd(fd.as_fd()).map_err(errno::of_sys)?;
-        if !same_file(&st, &node.ident) {
+        if !node.is(&st) {
             return Err(Errno::ESTALE);
         }
         Ok(st)
@@ -151,13 +151,13 @@ impl FsState {
                     dir,
                     name,
                     AtFlags::SYMLINK_NOFOLLOW,
-                    StatxFlags::BASIC_STATS,
+                    StatxFlags::BASIC_STATS | StatxFlags::BTIME,
                 )
             })
         }
         .map_err(|e| errno::of_dcache(&e))?
         .map_err(errno::of_sys)?;
-        if !same_file(&st, &node.ident) {
+        if !node.is(&st) {
             // The name now names another file (changed behind the mount).
             return Err(Errno::ESTALE);
         }
@@ -342,7 +342,7 @@ impl FsState {
                 None => op(dir, name),
             })
             .map_err(|e| errno::of_dcache(&e))?;
-        let node = self.nodes.remember(d);
+        let node = self.nodes.remember(d, &st);
         Ok(attr_of(node.id, &st))
     }
 
@@ -380,7 +380,7 @@ impl FsState {
         if u32::from(st.stx_mode) & libc::S_IFMT != libc::S_IFREG {
             return Err(Errno::EISDIR);
         }
-        Ok((self.nodes.remember(d), st, fd))
+        Ok((self.nodes.remember(d, &st), st, fd))
     }
 
     // ---- attributes ------------------------------------------------------------------------
