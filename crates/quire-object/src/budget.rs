@@ -23,7 +23,7 @@ use std::sync::atomic::Ordering;
 use crate::{BackingConfig, ObjectCache};
 
 /// What the cache holds beside the frames and the bounded buffers above: GET bodies in flight
-/// (a readahead window of [`crate::READAHEAD_MAX`], received and copied once), the runtime and
+/// (a readahead window of [`crate::READAHEAD_MAX`], written in place as it arrives), the runtime and
 /// its threads' stacks, the HTTP client, the index of cached files and the heap's slack.
 pub const FIXED_OVERHEAD: u64 = 40 << 20;
 

@@ -20,8 +20,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use bytes::Bytes;
-use futures::stream::{FuturesOrdered, FuturesUnordered, StreamExt};
+use futures::stream::{FuturesUnordered, StreamExt};
 use object_store::path::Path;
 use object_store::ObjectStoreExt as _;
 use object_store::{GetOptions, GetRange, PutMode, PutOptions, PutPayload, UpdateVersion};
@@ -361,7 +360,8 @@ impl FileInner {
             })
             .sum();
         let mut out = vec![0u8; total];
-        let mut gets = FuturesOrdered::new();
+        // The GETs to make: (offset, length, the part of it asked for).
+        let mut plan: Vec<(u64, usize, Option<Want>)> = Vec::new();
         let mut at = 0usize;
         let step = self.backing.config.range_size.max(4096);
         for seg in segs {
@@ -400,34 +400,16 @@ impl FileInner {
                         let mut o = lo;
                         while o < hi {
                             let l = (step as u64).min(hi - o) as usize;
-                            let this = self.clone();
-                            let tag = tag.clone();
                             // The part of this GET the caller asked for, as (file offset,
                             // length), and where it goes in `out`.
                             let want_lo = o.max(moff);
                             let want_hi = (o + l as u64).min(moff + mlen as u64);
-                            let dst = if want_hi > want_lo {
-                                at + (want_lo - off) as usize
-                            } else {
-                                0
-                            };
-                            let (get_at, id) = (o, tag.as_deref().map(|t| self.tier_id(t)));
-                            gets.push_back(async move {
-                                let b = this.get_range(get_at, l, tag).await?;
-                                if filling {
-                                    if let (Some(tier), Some(id)) = (&this.tier, id) {
-                                        tier.offer(id, get_at, &b);
-                                    }
-                                }
-                                let piece = if want_hi > want_lo {
-                                    b.slice(
-                                        (want_lo - get_at) as usize..(want_hi - get_at) as usize,
-                                    )
-                                } else {
-                                    Bytes::new()
-                                };
-                                Ok::<_, StoreError>((dst, piece))
+                            let want = (want_hi > want_lo).then(|| Want {
+                                skip: (want_lo - o) as usize,
+                                dst: at + (want_lo - off) as usize,
+                                len: (want_hi - want_lo) as usize,
                             });
+                            plan.push((o, l, want));
                             o += l as u64;
                         }
                     }
@@ -435,10 +417,54 @@ impl FileInner {
                 }
             }
         }
-        while let Some(r) = gets.next().await {
-            let (dst, b) = r?;
-            out[dst..dst + b.len()].copy_from_slice(&b);
+        // Each GET writes its body where it goes as it arrives: into its own part of `out`
+        // (parts that never overlap, carved in order), through a buffer of its own only where
+        // it reaches past what was asked for (to fill the disk tier's chunks).
+        let filling = fill && self.tier.is_some() && tag.is_some();
+        let id = tag.as_deref().map(|t| self.tier_id(t));
+        let mut gets = FuturesUnordered::new();
+        let mut rest: &mut [u8] = &mut out;
+        let mut carved = 0usize;
+        for (get_at, l, want) in plan {
+            let dst = want.map(|w| {
+                let gap = w
+                    .dst
+                    .checked_sub(carved)
+                    .expect("the GETs' parts come in order");
+                let (_, tail) = std::mem::take(&mut rest).split_at_mut(gap);
+                let (mine, tail) = tail.split_at_mut(w.len);
+                rest = tail;
+                carved = w.dst + w.len;
+                (w.skip, mine)
+            });
+            let (this, tag) = (&self, tag.clone());
+            gets.push(async move {
+                let offer = |b: &[u8]| {
+                    if let (true, Some(tier), Some(id)) = (filling, &this.tier, id) {
+                        tier.offer(id, get_at, b);
+                    }
+                };
+                match dst {
+                    Some((0, mine)) if mine.len() == l => {
+                        this.get_range_into(get_at, mine, tag).await?;
+                        offer(mine);
+                    }
+                    dst => {
+                        let mut body = vec![0u8; l];
+                        this.get_range_into(get_at, &mut body, tag).await?;
+                        if let Some((skip, mine)) = dst {
+                            mine.copy_from_slice(&body[skip..skip + mine.len()]);
+                        }
+                        offer(&body);
+                    }
+                }
+                Ok::<_, StoreError>(())
+            });
         }
+        while let Some(r) = gets.next().await {
+            r?;
+        }
+        drop(gets);
         Ok(out)
     }
 
@@ -446,34 +472,48 @@ impl FileInner {
         ObjectId::of(&self.backing.url, self.key.as_ref(), e_tag)
     }
 
-    /// One ranged GET of exactly `len` bytes at `off`, of the version tagged `tag`.
-    async fn get_range(&self, off: u64, len: usize, tag: Option<String>) -> Result<Bytes> {
+    /// One ranged GET of exactly `dst.len()` bytes at `off`, of the version tagged `tag`, its
+    /// body copied into `dst` piece by piece as it arrives (never held whole beside it).
+    async fn get_range_into(&self, off: u64, dst: &mut [u8], tag: Option<String>) -> Result<()> {
         let counters = &self.backing.counters;
         let req = counters.start(Request::Get);
+        let len = dst.len();
         let opts = GetOptions {
             range: Some(GetRange::Bounded(off..off + len as u64)),
             if_match: tag,
             ..Default::default()
         };
-        let res = self.backing.store.get_opts(&self.key, opts).await;
-        let bytes = match res {
-            Ok(r) => r.bytes().await,
-            Err(e) => Err(e),
-        };
-        let bytes = bytes.map_err(|e| {
+        let fail = |e: object_store::Error| {
             if matches!(e, object_store::Error::Precondition { .. }) {
                 counters.stale();
             }
             store_error(Op::Read, off, &e)
-        })?;
-        if bytes.len() != len {
+        };
+        let mut body = self
+            .backing
+            .store
+            .get_opts(&self.key, opts)
+            .await
+            .map_err(fail)?
+            .into_stream();
+        let mut got = 0usize;
+        while let Some(piece) = body.next().await {
+            let piece = piece.map_err(fail)?;
+            if piece.len() > len - got {
+                // More than was asked for: not the range requested.
+                return Err(errno_error(Op::Read, off + got as u64, libc::EIO));
+            }
+            dst[got..got + piece.len()].copy_from_slice(&piece);
+            got += piece.len();
+        }
+        if got != len {
             // A body cut short (a dropped connection the client did not notice, a server that
             // sent less): never passed off as the end of the file.
-            return Err(errno_error(Op::Read, off + bytes.len() as u64, libc::EIO));
+            return Err(errno_error(Op::Read, off + got as u64, libc::EIO));
         }
         counters.read(len);
         req.ok();
-        Ok(bytes)
+        Ok(())
     }
 
     /// Uploads the file if it changed since the last upload.
@@ -803,6 +843,15 @@ fn io_error(op: Op, offset: u64, e: &std::io::Error) -> StoreError {
 
 /// Fills from `tier` what it has of `dst` (the file's bytes at `off`); returns the stretches
 /// (offset, length) it lacks, in order.
+/// The part of a GET the caller asked for: `len` bytes from `skip` into its body, which go to
+/// `dst` in the fetch's buffer.
+#[derive(Clone, Copy)]
+struct Want {
+    skip: usize,
+    dst: usize,
+    len: usize,
+}
+
 fn from_tier(tier: &TierInner, id: ObjectId, off: u64, dst: &mut [u8]) -> Vec<(u64, usize)> {
     const PAGE: u64 = 4096;
     let end = off + dst.len() as u64;

@@ -75,10 +75,12 @@ pub use tier::{DiskTier, TierStats};
 /// ([`quire::CacheConfig::readahead_max`]; the page cache's default, 2 MiB, suits a local disk):
 /// a sequential reader keeps this much in flight, which a link of a few milliseconds' latency
 /// needs to run at its bandwidth. `quire mount URL` uses it. The window costs memory beside the
-/// frames while it is in flight, about three times its size (the GET bodies as they arrive and
-/// the copies made of them): a cold 1 GiB read by a mount of `--capacity 256M` peaked at 324 MiB
-/// of its memory group with 16 MiB, 298 MiB with 8 MiB and 289 MiB with 4 MiB, and read as fast
-/// with 8 MiB as with 16 (the emulated link: 2 ms a request, 1000 Mbit/s).
+/// frames while it is in flight: the fetch's buffer each GET body is written into as it arrives,
+/// and the disk tier's queue of the same bytes. A cold 1 GiB read by a mount of
+/// `--capacity 256M` peaked at 324 MiB of its memory group with 16 MiB, 298 MiB with 8 MiB and
+/// 289 MiB with 4 MiB (before the bodies were written in place; about 297 MiB with 8 MiB since),
+/// and read as fast with 8 MiB as with 16 (the emulated link: 2 ms a request, 1000 Mbit/s); with
+/// 4 MiB a cold sequential read falls to 0.84× the link.
 pub const READAHEAD_MAX: usize = 8 << 20;
 
 /// What can go wrong outside a read or write (those report [`quire::FilemapError`]).
