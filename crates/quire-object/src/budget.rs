@@ -22,9 +22,9 @@ use std::sync::atomic::Ordering;
 
 use crate::{BackingConfig, ObjectCache};
 
-/// What the cache holds beside the frames and the bounded buffers above: GET bodies in flight
-/// (a readahead window of [`crate::READAHEAD_MAX`], written in place as it arrives), the runtime and
-/// its threads' stacks, the HTTP client, the index of cached files and the heap's slack.
+/// What the cache holds beside the frames and the bounded buffers above: the fetches' buffers
+/// in flight (at most a readahead window of [`crate::READAHEAD_MAX`]), the runtime and its
+/// threads' stacks, the HTTP client, the index of cached files and the heap's slack.
 pub const FIXED_OVERHEAD: u64 = 40 << 20;
 
 /// The memory an object cache holds, as `quire stat` shows it (`memory_*` lines).

@@ -352,14 +352,24 @@ impl FileInner {
     /// brings whole chunks to local disk at the cost of one larger GET per miss, as whole-file
     /// disk caches do, without fetching chunks nobody reads.
     async fn fetch(self: Arc<Self>, offset: u64, n: usize, fill: bool) -> Result<Vec<u8>> {
-        let (segs, tag, size) = self.plan(offset, n);
+        let mut out = vec![0u8; n];
+        let got = self.fetch_into(offset, &mut out, fill).await?;
+        out.truncate(got);
+        Ok(out)
+    }
+
+    /// [`fetch`](Self::fetch) into `out` (the bytes at `offset..offset + out.len()`), fewer at
+    /// the file's end: returns how many. Each GET writes its body straight into its part of
+    /// `out`, which may be the caller's frames: nothing is held beside them.
+    async fn fetch_into(self: Arc<Self>, offset: u64, out: &mut [u8], fill: bool) -> Result<usize> {
+        let (segs, tag, size) = self.plan(offset, out.len());
         let total: usize = segs
             .iter()
             .map(|s| match s {
                 Seg::Staged { len, .. } | Seg::Remote { len, .. } | Seg::Zero { len } => *len,
             })
             .sum();
-        let mut out = vec![0u8; total];
+        let out = &mut out[..total];
         // The GETs to make: (offset, length, the part of it asked for).
         let mut plan: Vec<(u64, usize, Option<Want>)> = Vec::new();
         let mut at = 0usize;
@@ -371,7 +381,10 @@ impl FileInner {
                         .map_err(|e| io_error(Op::Read, off, &e))?;
                     at += len;
                 }
-                Seg::Zero { len } => at += len,
+                Seg::Zero { len } => {
+                    out[at..at + len].fill(0);
+                    at += len;
+                }
                 Seg::Remote { off, len } => {
                     // Bytes this process just uploaded need no GET.
                     if let (Some(p), Some(t)) = (&*self.prefill.lock(), &tag) {
@@ -423,7 +436,7 @@ impl FileInner {
         let filling = fill && self.tier.is_some() && tag.is_some();
         let id = tag.as_deref().map(|t| self.tier_id(t));
         let mut gets = FuturesUnordered::new();
-        let mut rest: &mut [u8] = &mut out;
+        let mut rest: &mut [u8] = out;
         let mut carved = 0usize;
         for (get_at, l, want) in plan {
             let dst = want.map(|w| {
@@ -464,8 +477,7 @@ impl FileInner {
         while let Some(r) = gets.next().await {
             r?;
         }
-        drop(gets);
-        Ok(out)
+        Ok(total)
     }
 
     fn tier_id(&self, e_tag: &str) -> ObjectId {
@@ -966,7 +978,8 @@ impl Store for ObjectFile {
     }
 
     /// Adjacent requests are fetched together, as ranges of at most `range_size` bytes, each
-    /// completing its requests as soon as it arrives.
+    /// completing its requests as soon as it arrives. A request alone in its range (a large
+    /// folio of readahead, a random read) is fetched straight into its frames.
     fn submit_reads(&self, reqs: Vec<ReadRequest>) {
         let step = self.inner.backing.config.range_size.max(4096) as u64;
         let mut group: Vec<ReadRequest> = Vec::new();
@@ -984,12 +997,18 @@ impl Store for ObjectFile {
         if !group.is_empty() {
             groups.push(group);
         }
-        for group in groups {
+        for mut group in groups {
             let inner = self.inner.clone();
             self.inner.backing.runtime.spawn(async move {
                 let start = group[0].offset();
                 let last = group.last().expect("a group is not empty");
                 let n = (last.offset() + last.len() as u64 - start) as usize;
+                if group.len() == 1 {
+                    let mut r = group.pop().expect("one request");
+                    let got = inner.fetch_into(start, r.buf(), true).await;
+                    r.complete(got);
+                    return;
+                }
                 match inner.fetch(start, n, true).await {
                     Ok(data) => {
                         for mut r in group {

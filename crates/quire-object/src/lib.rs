@@ -75,12 +75,13 @@ pub use tier::{DiskTier, TierStats};
 /// ([`quire::CacheConfig::readahead_max`]; the page cache's default, 2 MiB, suits a local disk):
 /// a sequential reader keeps this much in flight, which a link of a few milliseconds' latency
 /// needs to run at its bandwidth. `quire mount URL` uses it. The window costs memory beside the
-/// frames while it is in flight: the fetch's buffer each GET body is written into as it arrives,
-/// and the disk tier's queue of the same bytes. A cold 1 GiB read by a mount of
-/// `--capacity 256M` peaked at 324 MiB of its memory group with 16 MiB, 298 MiB with 8 MiB and
-/// 289 MiB with 4 MiB (before the bodies were written in place; about 297 MiB with 8 MiB since),
-/// and read as fast with 8 MiB as with 16 (the emulated link: 2 ms a request, 1000 Mbit/s); with
-/// 4 MiB a cold sequential read falls to 0.84× the link.
+/// frames while it is in flight: the disk tier's queue of the same bytes, and a buffer for the
+/// fetch where several requests share one range (a request alone in its range, as a large folio
+/// of readahead is, gets each GET body written into its frames as it arrives). A cold 1 GiB read
+/// by a mount of `--capacity 256M` peaked at 324 MiB of its memory group with 16 MiB, 298 MiB
+/// with 8 MiB and 289 MiB with 4 MiB when every body was received whole and copied twice (about
+/// 290 MiB with 8 MiB since), and read as fast with 8 MiB as with 16 (the emulated link: 2 ms a
+/// request, 1000 Mbit/s); with 4 MiB a cold sequential read falls to 0.84× the link.
 pub const READAHEAD_MAX: usize = 8 << 20;
 
 /// What can go wrong outside a read or write (those report [`quire::FilemapError`]).
