@@ -431,8 +431,8 @@ impl FileInner {
             }
         }
         // Each GET writes its body where it goes as it arrives: into its own part of `out`
-        // (parts that never overlap, carved in order), through a buffer of its own only where
-        // it reaches past what was asked for (to fill the disk tier's chunks).
+        // (parts that never overlap, carved in the order the plan made them), through a buffer
+        // of its own only where it reaches past what was asked for (the disk tier's chunks).
         let filling = fill && self.tier.is_some() && tag.is_some();
         let id = tag.as_deref().map(|t| self.tier_id(t));
         let mut gets = FuturesUnordered::new();
@@ -853,10 +853,8 @@ fn io_error(op: Op, offset: u64, e: &std::io::Error) -> StoreError {
     }
 }
 
-/// Fills from `tier` what it has of `dst` (the file's bytes at `off`); returns the stretches
-/// (offset, length) it lacks, in order.
 /// The part of a GET the caller asked for: `len` bytes from `skip` into its body, which go to
-/// `dst` in the fetch's buffer.
+/// `dst` in the fetch's destination.
 #[derive(Clone, Copy)]
 struct Want {
     skip: usize,
@@ -864,6 +862,8 @@ struct Want {
     len: usize,
 }
 
+/// Fills from `tier` what it has of `dst` (the file's bytes at `off`); returns the stretches
+/// (offset, length) it lacks, in order.
 fn from_tier(tier: &TierInner, id: ObjectId, off: u64, dst: &mut [u8]) -> Vec<(u64, usize)> {
     const PAGE: u64 = 4096;
     let end = off + dst.len() as u64;
