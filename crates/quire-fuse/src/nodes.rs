@@ -63,6 +63,41 @@ struct Synthetic {
     nodes: HashMap<u64, Arc<Node>>,
 }
 
+impl Synthetic {
+    /// The node with a synthetic id that is the file `ident` (born at `born`), if any.
+    fn find(&self, key: (u64, u64), ident: &Identity, born: Birth) -> Option<Arc<Node>> {
+        let id = self.ids.get(&key)?;
+        self.nodes
+            .get(id)
+            .filter(|n| n.is_file(ident, born))
+            .cloned()
+    }
+
+    /// A new node for the file `ident`, with the id a listing gave its number if no node has
+    /// that id yet, else a new one (which the number names from now on); and whether the
+    /// number had no id before.
+    fn add(
+        &mut self,
+        key: (u64, u64),
+        ident: Identity,
+        born: Birth,
+        next: &AtomicU64,
+    ) -> (Arc<Node>, bool) {
+        let (id, fresh) = match self.ids.get(&key) {
+            Some(&id) if !self.nodes.contains_key(&id) => (id, false),
+            listed => {
+                let fresh = listed.is_none();
+                let id = next.fetch_add(1, Ordering::Relaxed);
+                self.ids.insert(key, id);
+                (id, fresh)
+            }
+        };
+        let node = Node::new(id, ident, born);
+        self.nodes.insert(id, node.clone());
+        (node, fresh)
+    }
+}
+
 /// A file's birth time (`statx`'s `stx_btime`), if the file system reports one: with the inode
 /// number, it tells a file from a later one given the same number.
 pub type Birth = Option<(i64, u32)>;
@@ -333,26 +368,14 @@ impl Nodes {
         let ident = d.identity().expect("a positive entry");
         let born = birth_of(st);
         let ptr = d.into_raw();
+        let key = (ident.dev, ident.ino);
         if !self.numbered(ident.dev, ident.ino) {
             let mut syn = self.synthetic.lock();
-            let key = (ident.dev, ident.ino);
-            let id = match syn.ids.get(&key).map(|id| (*id, syn.nodes.get(id))) {
-                Some((_, Some(n))) if n.is_file(&ident, born) => {
-                    // Under the table's lock, so a concurrent forget cannot drop it in between.
-                    n.count(ptr);
-                    return n.clone();
-                }
-                // Listed in a directory before, never looked up.
-                Some((id, None)) => id,
-                // Never seen, or the number is held by a node for a file that is gone.
-                _ => {
-                    let id = self.next_synthetic.fetch_add(1, Ordering::Relaxed);
-                    syn.ids.insert(key, id);
-                    id
-                }
+            // Counted under the table's lock, so a concurrent forget cannot drop it in between.
+            let node = match syn.find(key, &ident, born) {
+                Some(n) => n,
+                None => syn.add(key, ident, born, &self.next_synthetic).0,
             };
-            let node = Node::new(id, ident, born);
-            syn.nodes.insert(id, node.clone());
             node.count(ptr);
             return node;
         }
@@ -369,25 +392,16 @@ impl Nodes {
         // held: if none was counted, there is none for it.
         if held || self.reissued.load(Ordering::Relaxed) > 0 {
             let mut syn = self.synthetic.lock();
-            let key = (ident.dev, ident.ino);
-            let mine = syn
-                .ids
-                .get(&key)
-                .and_then(|id| syn.nodes.get(id))
-                .filter(|n| n.is_file(&ident, born))
-                .cloned();
-            if let Some(n) = mine {
+            if let Some(n) = syn.find(key, &ident, born) {
                 n.count(ptr);
                 return n;
             }
             if held {
                 // The number still names a node for a file that is gone.
-                let id = self.next_synthetic.fetch_add(1, Ordering::Relaxed);
-                if syn.ids.insert(key, id).is_none() {
+                let (node, fresh) = syn.add(key, ident, born, &self.next_synthetic);
+                if fresh {
                     self.reissued.fetch_add(1, Ordering::Relaxed);
                 }
-                let node = Node::new(id, ident, born);
-                syn.nodes.insert(id, node.clone());
                 node.count(ptr);
                 return node;
             }

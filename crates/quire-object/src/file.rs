@@ -370,6 +370,7 @@ impl FileInner {
             })
             .sum();
         let out = &mut out[..total];
+        let filling = fill && self.tier.is_some() && tag.is_some();
         // The GETs to make: (offset, length, the part of it asked for).
         let mut plan: Vec<(u64, usize, Option<Want>)> = Vec::new();
         let mut at = 0usize;
@@ -401,7 +402,6 @@ impl FileInner {
                         }
                         _ => vec![(off, len)],
                     };
-                    let filling = fill && self.tier.is_some() && tag.is_some();
                     for (moff, mlen) in missing {
                         let (lo, hi) = if filling {
                             let c = crate::tier::CHUNK;
@@ -433,7 +433,6 @@ impl FileInner {
         // Each GET writes its body where it goes as it arrives: into its own part of `out`
         // (parts that never overlap, carved in the order the plan made them), through a buffer
         // of its own only where it reaches past what was asked for (the disk tier's chunks).
-        let filling = fill && self.tier.is_some() && tag.is_some();
         let id = tag.as_deref().map(|t| self.tier_id(t));
         let mut gets = FuturesUnordered::new();
         let mut rest: &mut [u8] = out;
