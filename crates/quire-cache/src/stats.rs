@@ -263,16 +263,25 @@ pub fn read(event: Event) -> u64 {
 
 /// Counters of one object (a page cache), beside the global ones: what a test of that object can
 /// count exactly while other tests run. Every [`Counters::add`] also adds to the global counter.
-/// Meant for events off the hot paths (reclaim, refaults, batch drains): each is one shared
-/// relaxed `fetch_add`.
+/// Meant for events off the read-hit path (allocations, reclaim, refaults, batch drains), which
+/// the allocating threads and background reclaim count at the same time: each thread adds to
+/// the shard its number picks (a relaxed `fetch_add` on a line no other thread writes while
+/// there are no more threads than shards), so that counting an allocation on one core and an
+/// eviction on another does not move a cache line between them every time; a reader sums the
+/// shards.
 pub(crate) struct Counters {
-    counts: [AtomicU64; NR_EVENTS],
+    shards: Box<[CachePadded<[AtomicU64; NR_EVENTS]>]>,
 }
 
 impl Default for Counters {
+    /// Twice as many shards as CPUs (a power of two, 2 to 64), as the allocator's caches.
     fn default() -> Self {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let n = (2 * cpus).next_power_of_two().clamp(2, 64);
         Counters {
-            counts: [const { AtomicU64::new(0) }; NR_EVENTS],
+            shards: (0..n)
+                .map(|_| CachePadded::new([const { AtomicU64::new(0) }; NR_EVENTS]))
+                .collect(),
         }
     }
 }
@@ -282,7 +291,8 @@ impl Counters {
     #[inline]
     #[doc(alias = "count_vm_events")]
     pub(crate) fn add(&self, event: Event, n: u64) {
-        self.counts[event as usize].fetch_add(n, Ordering::Relaxed);
+        let shard = &self.shards[crate::mem::buddy::thread_number() & (self.shards.len() - 1)];
+        shard[event as usize].fetch_add(n, Ordering::Relaxed);
         add(event, n);
     }
 
@@ -293,17 +303,21 @@ impl Counters {
         self.add(event, 1);
     }
 
-    /// One of this object's counters.
-    #[inline]
+    /// One of this object's counters (the sum of the shards).
     pub(crate) fn get(&self, event: Event) -> u64 {
-        self.counts[event as usize].load(Ordering::Relaxed)
+        self.shards
+            .iter()
+            .map(|s| s[event as usize].load(Ordering::Relaxed))
+            .fold(0u64, u64::wrapping_add)
     }
 
     /// This object's counters now.
     pub(crate) fn snapshot(&self) -> Snapshot {
-        let mut counts = [0; NR_EVENTS];
-        for (c, a) in counts.iter_mut().zip(&self.counts) {
-            *c = a.load(Ordering::Relaxed);
+        let mut counts = [0u64; NR_EVENTS];
+        for shard in self.shards.iter() {
+            for (c, a) in counts.iter_mut().zip(shard.iter()) {
+                *c = c.wrapping_add(a.load(Ordering::Relaxed));
+            }
         }
         Snapshot { counts }
     }
@@ -434,6 +448,26 @@ mod tests {
         assert_eq!(c.snapshot().get(Event::PgSteal), 4);
         assert_eq!(c.snapshot().get(Event::PgScan), 0);
         assert!(Snapshot::take().since(&before).get(Event::PgSteal) >= 4);
+    }
+
+    #[test]
+    fn object_counters_sum_every_thread() {
+        let c = Counters::default();
+        std::thread::scope(|s| {
+            for t in 0..5u64 {
+                let c = &c;
+                s.spawn(move || {
+                    for _ in 0..1000 {
+                        c.add(Event::PgScan, t + 1);
+                    }
+                    c.count(Event::PgSteal);
+                });
+            }
+        });
+        assert_eq!(c.get(Event::PgScan), 15_000);
+        assert_eq!(c.snapshot().get(Event::PgScan), 15_000);
+        assert_eq!(c.get(Event::PgSteal), 5);
+        assert_eq!(c.snapshot().get(Event::PgActivate), 0);
     }
 
     #[test]
