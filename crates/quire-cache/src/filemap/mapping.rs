@@ -291,6 +291,25 @@ impl Mapping {
         with: Option<Entry<FolioPtr>>,
         index_ref: IndexRef<'_, '_, '_>,
     ) -> bool {
+        let removed = self.unindex_folio(folio, with, index_ref);
+        if removed {
+            self.cache.vm.lru_del(self.pool(), folio);
+        }
+        removed
+    }
+
+    /// [`Mapping::remove_folio`] for a folio that reclaim has isolated, which leaves it on no
+    /// list: it was taken off its list under the LRU lock, it is not waiting in an add batch
+    /// (only a folio being inserted is, and it is on no list until the batch links it), and
+    /// nothing links it again but reclaim's own putback, which skips a folio whose `mapping`
+    /// is 0. So the LRU lock, which the unlink would take for every evicted folio — and which
+    /// the threads adding new folios want at the same time — is not taken.
+    fn unindex_folio(
+        &self,
+        folio: &Folio,
+        with: Option<Entry<FolioPtr>>,
+        index_ref: IndexRef<'_, '_, '_>,
+    ) -> bool {
         let index = folio.index();
         let frames = folio.nr_frames();
         let expected = Entry::Pointer(folio as *const Folio);
@@ -314,7 +333,6 @@ impl Mapping {
         self.nr_frames.fetch_sub(frames, Ordering::Relaxed);
         self.cache.cached.fetch_sub(frames, Ordering::Relaxed);
         folio.set_mapping(0);
-        self.cache.vm.lru_del(self.pool(), folio);
         true
     }
 
@@ -358,7 +376,9 @@ impl Mapping {
                 .evicted_clean(folio.index() << FRAME_SHIFT, frozen.bytes());
         }
         let value = shadow(folio);
-        self.remove_folio(
+        // Reclaim isolated it: on no list (see `unindex_folio`).
+        debug_assert!(!folio.is_lru() && !folio.is_lru_pending());
+        self.unindex_folio(
             folio,
             Some(Entry::Value(value)),
             IndexRef::Frozen(&mut frozen),
