@@ -18,8 +18,6 @@ use crate::stats::{Counters, Event};
 /// early when `stop()` turns true. Returns whether the free frames reached the high watermark.
 pub(crate) trait Balance: Send + Sync {
     fn kswapd_balance(&self, order: u32, stop: &dyn Fn() -> bool) -> bool;
-    /// Whether allocations would wake the thread now (free frames below the low watermark).
-    fn kswapd_wanted(&self) -> bool;
 }
 
 #[derive(Default)]
@@ -43,6 +41,13 @@ struct Shared {
     round_done: Condvar,
     /// The thread is working (or about to): wakers need not take the lock.
     awake: AtomicBool,
+    /// An allocation found the free frames below the low watermark while the thread was
+    /// awake: it wants another round once this one ends. Cleared as each round begins. What
+    /// the thread watches between rounds (see [`LINGER`]), rather than the free-frame
+    /// counters: those change with every allocation, and a thread reading them all the time
+    /// would take their cache line from the allocating core each time; this flag is written
+    /// once a round.
+    wanted: AtomicBool,
     stopping: AtomicBool,
 }
 
@@ -77,6 +82,10 @@ impl Kswapd {
     #[inline]
     pub(crate) fn wake(&self, order: u32, counters: &Counters) {
         if self.shared.awake.load(Ordering::Relaxed) {
+            // (A load first: the line stays shared while the flag is already set.)
+            if !self.shared.wanted.load(Ordering::Relaxed) {
+                self.shared.wanted.store(true, Ordering::Relaxed);
+            }
             return;
         }
         self.wake_slow(order, counters);
@@ -162,10 +171,10 @@ const MAX_FAILURES: u32 = 4;
 const LINGER: Duration = Duration::from_micros(100);
 
 /// After a balanced round: whether allocations want another within [`LINGER`].
-fn linger(t: &dyn Balance, stopping: &dyn Fn() -> bool) -> bool {
+fn linger(shared: &Shared, stopping: &dyn Fn() -> bool) -> bool {
     let until = std::time::Instant::now() + LINGER;
     loop {
-        if t.kswapd_wanted() {
+        if shared.wanted.load(Ordering::Relaxed) {
             return true;
         }
         if stopping() || std::time::Instant::now() >= until {
@@ -215,9 +224,10 @@ fn run(shared: &Shared, target: &Weak<dyn Balance>) {
             continue;
         };
         busy = false;
+        shared.wanted.store(false, Ordering::Relaxed);
         if t.kswapd_balance(order, &stopping) {
             failures = 0;
-            busy = linger(&*t, &stopping);
+            busy = linger(shared, &stopping);
         } else {
             failures += 1;
         }
@@ -232,6 +242,49 @@ fn run(shared: &Shared, target: &Weak<dyn Balance>) {
 mod tests {
     use super::*;
     use std::sync::atomic::AtomicBool;
+
+    /// Counts its rounds; in the first, an allocation wakes the (awake) thread again.
+    struct Rounds {
+        k: Arc<Kswapd>,
+        counters: Counters,
+        rounds: AtomicU64,
+    }
+
+    impl Balance for Rounds {
+        fn kswapd_balance(&self, _order: u32, _stop: &dyn Fn() -> bool) -> bool {
+            if self.rounds.fetch_add(1, Ordering::SeqCst) == 0 {
+                self.k.wake(0, &self.counters);
+            }
+            true
+        }
+    }
+
+    #[test]
+    fn a_wake_during_a_round_gets_another_round_without_a_wakeup() {
+        let k = Arc::new(Kswapd::new());
+        let r = Arc::new(Rounds {
+            k: k.clone(),
+            counters: Counters::default(),
+            rounds: AtomicU64::new(0),
+        });
+        let target: Arc<dyn Balance> = r.clone();
+        k.spawn(Arc::downgrade(&target)).unwrap();
+        k.wake(0, &r.counters);
+        let until = std::time::Instant::now() + Duration::from_secs(5);
+        while r.rounds.load(Ordering::SeqCst) < 2 && std::time::Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // The thread lingers, then sleeps; a third round would need another wake.
+        std::thread::sleep(LINGER * 20);
+        k.stop();
+        assert_eq!(
+            r.rounds.load(Ordering::SeqCst),
+            2,
+            "the wake in the round was lost"
+        );
+        // One wake-up (the first): the second round followed the first without a sleep.
+        assert_eq!(r.counters.get(Event::KswapdWakeups), 1);
+    }
 
     #[test]
     fn a_watch_with_no_round_ending_gives_up() {

@@ -469,12 +469,6 @@ impl Vmscan {
     /// of the order asked for was free (so that it frees one: the tail of a stream's list is
     /// made of large folios).
     #[inline]
-    /// Whether the free frames are below the low watermark of order-0 allocations (which
-    /// then wake background reclaim).
-    pub(crate) fn below_low(&self, pool: &FramePool) -> bool {
-        pool.free_frames_hint() < self.wmark.low_for(0)
-    }
-
     pub(crate) fn alloc_watermark<'p>(
         &self,
         pool: &'p FramePool,
