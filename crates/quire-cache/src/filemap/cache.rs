@@ -185,6 +185,10 @@ impl vmscan::Balance for Cache {
     fn kswapd_balance(&self, order: u32, stop: &dyn Fn() -> bool) -> bool {
         self.vm.balance(&self.pool, self, order, stop)
     }
+
+    fn kswapd_wanted(&self) -> bool {
+        self.vm.below_low(&self.pool)
+    }
 }
 
 impl Drop for Cache {

@@ -18,6 +18,8 @@ use crate::stats::{Counters, Event};
 /// early when `stop()` turns true. Returns whether the free frames reached the high watermark.
 pub(crate) trait Balance: Send + Sync {
     fn kswapd_balance(&self, order: u32, stop: &dyn Fn() -> bool) -> bool;
+    /// Whether allocations would wake the thread now (free frames below the low watermark).
+    fn kswapd_wanted(&self) -> bool;
 }
 
 #[derive(Default)]
@@ -170,12 +172,17 @@ const MAX_FAILURES: u32 = 4;
 /// yields the CPU between looks, so a runnable thread is not kept waiting.
 const LINGER: Duration = Duration::from_micros(100);
 
-/// After a balanced round: whether allocations want another within [`LINGER`].
-fn linger(shared: &Shared, stopping: &dyn Fn() -> bool) -> bool {
+/// After a balanced round: whether allocations want another within [`LINGER`]. An allocation's
+/// flag is confirmed against the free frames (one read of their counters): one raised while
+/// the round was still freeing may be answered already.
+fn linger(shared: &Shared, t: &dyn Balance, stopping: &dyn Fn() -> bool) -> bool {
     let until = std::time::Instant::now() + LINGER;
     loop {
         if shared.wanted.load(Ordering::Relaxed) {
-            return true;
+            if t.kswapd_wanted() {
+                return true;
+            }
+            shared.wanted.store(false, Ordering::Relaxed);
         }
         if stopping() || std::time::Instant::now() >= until {
             return false;
@@ -227,7 +234,7 @@ fn run(shared: &Shared, target: &Weak<dyn Balance>) {
         shared.wanted.store(false, Ordering::Relaxed);
         if t.kswapd_balance(order, &stopping) {
             failures = 0;
-            busy = linger(shared, &stopping);
+            busy = linger(shared, &*t, &stopping);
         } else {
             failures += 1;
         }
@@ -255,6 +262,9 @@ mod tests {
             if self.rounds.fetch_add(1, Ordering::SeqCst) == 0 {
                 self.k.wake(0, &self.counters);
             }
+            true
+        }
+        fn kswapd_wanted(&self) -> bool {
             true
         }
     }

@@ -464,6 +464,12 @@ impl Vmscan {
         }
     }
 
+    /// Whether the free frames are below the low watermark of order-0 allocations (which
+    /// then wake background reclaim).
+    pub(crate) fn below_low(&self, pool: &FramePool) -> bool {
+        pool.free_frames_hint() < self.wmark.low_for(0)
+    }
+
     /// The allocation fast path of the list policies: anything free above the min watermark,
     /// largest order first. Wakes background reclaim below the low watermark, and when no block
     /// of the order asked for was free (so that it frees one: the tail of a stream's list is
