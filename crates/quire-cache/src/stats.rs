@@ -274,12 +274,10 @@ pub(crate) struct Counters {
 }
 
 impl Default for Counters {
-    /// Twice as many shards as CPUs (a power of two, 2 to 64), as the allocator's caches.
+    /// As many shards as the allocator's caches ([`nr_shards`](crate::mem::buddy::nr_shards)).
     fn default() -> Self {
-        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let n = (2 * cpus).next_power_of_two().clamp(2, 64);
         Counters {
-            shards: (0..n)
+            shards: (0..crate::mem::buddy::nr_shards())
                 .map(|_| CachePadded::new([const { AtomicU64::new(0) }; NR_EVENTS]))
                 .collect(),
         }

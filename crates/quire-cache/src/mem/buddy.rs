@@ -259,6 +259,14 @@ thread_local! {
 }
 static NEXT_THREAD: StdAtomicUsize = StdAtomicUsize::new(0);
 
+/// How many shards per-thread structures have on this machine (the allocator's order-0
+/// caches, the LRU batches, a cache's counters): twice the CPUs, a power of two, 2 to 64 — so
+/// that threads up to twice the CPUs, numbered round robin, each get one of their own.
+pub(crate) fn nr_shards() -> usize {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    (2 * cpus).next_power_of_two().clamp(2, 64)
+}
+
 /// This thread's number, given round robin on first use: the shard index of per-thread caches
 /// (taken modulo the number of shards).
 pub(crate) fn thread_number() -> usize {
@@ -284,8 +292,7 @@ impl Buddy {
     /// If `nr_frames >= u32::MAX` (16 TiB of 4 KiB frames); [`crate::mem::pool::FramePool::new`]
     /// rejects such sizes with an error first.
     pub fn new(nr_frames: usize) -> Buddy {
-        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let shards = (2 * cpus).next_power_of_two().clamp(2, 64);
+        let shards = nr_shards();
         let high = (nr_frames / (16 * shards)).min(PCP_HIGH_MAX);
         let high = if high < 4 { 0 } else { high };
         Buddy::with_caches(nr_frames, shards, high)

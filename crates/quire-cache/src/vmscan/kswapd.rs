@@ -6,7 +6,8 @@
 //! calls [`Kswapd::stop`], which the thread sees at once when asleep, and between rounds of
 //! reclaim when awake (a round never waits for I/O: write-back is the flusher's).
 //!
-//! Waking costs an allocation one relaxed load while the thread is already awake.
+//! Waking costs an allocation two relaxed loads while the thread is already awake (and, once a
+//! round, a store of the flag that asks for another round).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, Weak};

@@ -54,7 +54,7 @@ use crossbeam_utils::CachePadded;
 
 use super::policy::AccessRule;
 use super::{LruGuard, Vmscan};
-use crate::mem::buddy::thread_number;
+use crate::mem::buddy::{nr_shards, thread_number};
 use crate::mem::folio::{
     Folio, ACTIVE, HEAD, LRU, LRU_PENDING, REFERENCED, REFS_MASK, UNEVICTABLE, WORKINGSET,
 };
@@ -114,12 +114,10 @@ pub(crate) struct Batches {
 }
 
 impl Batches {
-    /// Twice as many shards as CPUs (a power of two, 2 to 64), as the allocator's caches.
+    /// As many shards as the allocator's caches ([`nr_shards`](crate::mem::buddy::nr_shards)).
     pub(crate) fn new() -> Batches {
-        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let n = (2 * cpus).next_power_of_two().clamp(2, 64);
         Batches {
-            shards: (0..n)
+            shards: (0..nr_shards())
                 .map(|_| CachePadded::new(Mutex::new(Shard::default())))
                 .collect(),
         }
