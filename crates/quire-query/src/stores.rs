@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use anyhow::Context as _;
 use datafusion::execution::object_store::ObjectStoreRegistry;
 use object_store::aws::AmazonS3Builder;
 use object_store::ObjectStore;
@@ -39,7 +40,8 @@ pub fn direct(endpoint: &str) -> anyhow::Result<Arc<dyn ObjectStore>> {
 /// What the quire-cached store is given: its memory, and its disk tier.
 #[derive(Clone, Debug)]
 pub struct CacheBudget {
-    /// quire's page cache, in bytes.
+    /// quire's memory, in bytes: its page cache's frames, their descriptors and the disk tier's
+    /// queue of offers (`quire_object::budget::frame_pool_within`).
     pub memory: u64,
     /// The disk tier's directory and size in bytes; `None`: no tier.
     pub tier: Option<(std::path::PathBuf, u64)>,
@@ -59,7 +61,12 @@ pub fn cached_with_handle(
     inner: Arc<dyn ObjectStore>,
     budget: &CacheBudget,
 ) -> anyhow::Result<(Arc<dyn ObjectStore>, Arc<CachedStore>)> {
-    let mut config = CacheConfig::new(usize::try_from(budget.memory)?);
+    // The budget is the cache's whole memory: the frames get what their descriptors and the
+    // disk tier's queue leave of it.
+    let frames =
+        quire_object::budget::frame_pool_within(budget.memory, budget.tier.is_some(), 0)
+            .with_context(|| format!("a budget of {} bytes leaves no frames", budget.memory))?;
+    let mut config = CacheConfig::new(frames);
     config.readahead_max = quire_object::READAHEAD_MAX;
     let cache = PageCache::new(config)?;
     let inner: Arc<dyn object_store_014::ObjectStore> = Arc::new(As014::new(inner));

@@ -292,7 +292,32 @@ fn run_object(
             bail!("staging {} is not a directory", dir.display());
         }
     }
-    let mut config = quire::CacheConfig::new(a.capacity);
+    // --capacity is the cache's whole memory: the frames get what their descriptors, the disk
+    // tier's queue and the channel's buffers leave of it.
+    let buffers = opts.buffer_bound();
+    let tier = a.disk_cache.is_some();
+    let beside = format!(
+        "their descriptors, the channel's buffers ({} KiB){}",
+        buffers >> 10,
+        if tier {
+            " and the disk tier's queue"
+        } else {
+            ""
+        }
+    );
+    let frames = quire_object::budget::frame_pool_within(a.capacity as u64, tier, buffers)
+        .with_context(|| {
+            format!(
+                "--capacity {} leaves less than 1 MiB of frames beside {beside}",
+                a.capacity
+            )
+        })?;
+    eprintln!(
+        "quire: --capacity {} KiB: {} KiB of frames, the rest {beside}",
+        a.capacity >> 10,
+        frames >> 10
+    );
+    let mut config = quire::CacheConfig::new(frames);
     config.readahead_max = std::env::var("QUIRE_OBJECT_READAHEAD")
         .ok()
         .and_then(|v| parse_size(&v).ok())
