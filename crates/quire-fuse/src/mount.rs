@@ -87,14 +87,16 @@ impl MountOptions {
         }
     }
 
-    /// The most the channel's request buffers hold, known before INIT settles which channel it
-    /// is: each classic thread's buffer, filled by requests of up to 1 MiB (`max_write`) and a
-    /// header; where io_uring may be taken (not [`ChannelChoice::Classic`], and the kernel's
-    /// switch on or to be turned on), also a 1 MiB payload buffer and a header per ring entry,
-    /// [`ring_entries`](Self::ring_entries) for each CPU.
+    /// The most the channel's buffers hold, known before INIT settles which channel it is: each
+    /// classic thread's request buffer, filled by requests of up to 1 MiB (`max_write`) and a
+    /// header, and its buffer for the data of a read (1 MiB); where io_uring may be taken (not
+    /// [`ChannelChoice::Classic`], and the kernel's switch on or to be turned on), also a 1 MiB
+    /// payload buffer and a header per ring entry, [`ring_entries`](Self::ring_entries) for
+    /// each CPU.
     pub fn buffer_bound(&self) -> u64 {
         const REQUEST: u64 = (1 << 20) + 4096;
-        let classic = self.threads.max(1) as u64 * REQUEST;
+        const READ: u64 = 1 << 20;
+        let classic = self.threads.max(1) as u64 * (REQUEST + READ);
         let uring_on =
             std::fs::read_to_string(ENABLE_URING).is_ok_and(|v| v.trim() == "Y" || v.trim() == "1");
         let ring = if self.channel != ChannelChoice::Classic && (uring_on || self.enable_uring) {
