@@ -22,7 +22,7 @@
 //! [`frame_pool_within`]) pays for the frames, their descriptors, the tier's queue and a mount's
 //! channel buffers out of it: the frames are what is left. Resident memory then stays within the
 //! budget + [`FIXED_OVERHEAD`] + the upload buffers of files being written; in practice (TPC-H
-//! SF 1 read through a mount of 256 MiB) about 16 MiB over the budget, 10 MiB of it the
+//! SF 1 read through a mount of 256 MiB) about 14 MiB over the budget, 11 MiB of it the
 //! program's code and libraries.
 
 use std::sync::atomic::Ordering;
