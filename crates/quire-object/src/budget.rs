@@ -7,14 +7,14 @@
 //! |---|---|
 //! | the frames' descriptors (the memmap) | `capacity` / 64 |
 //! | upload buffers: parts and single PUT bodies being read from staging and sent, every file together | [`BackingConfig::upload_bound`]: `parts_in_flight` × `part_size` |
-//! | disk tier offers waiting for its writer | [`crate::tier::QUEUED_MAX`] (with a tier) |
+//! | disk tier offers waiting for its writer | [`crate::tier::queue_bound_for`] the frames (with a tier): a 16th of them, 1 to 8 MiB |
 //! | staging files' pages in the kernel's page cache | 2 × 4 MiB per file being written back |
 //! | disk tier files' pages in the kernel's page cache | 4 MiB (the writer's batch) |
 //! | GET bodies and their copies, the runtime, the client, the heap | [`FIXED_OVERHEAD`] |
 //!
 //! So resident memory (and what a memory cgroup charges, page cache included) stays within
 //! [`MemoryStats::budget`]: `capacity` + `capacity` / 64 + [`FIXED_OVERHEAD`] +
-//! `parts_in_flight` × `part_size` + [`crate::tier::QUEUED_MAX`] (with a tier), plus 8 MiB per
+//! `parts_in_flight` × `part_size` + the tier's queue bound (with a tier), plus 8 MiB per
 //! file being written at once. A FUSE mount adds its channel's buffers (`quire stat`'s
 //! `fuse_ring_buffer_bytes`).
 //!
@@ -67,7 +67,11 @@ pub fn budget(capacity: u64, config: &BackingConfig, tier: bool) -> u64 {
         + capacity / 64
         + FIXED_OVERHEAD
         + config.upload_bound()
-        + if tier { crate::tier::QUEUED_MAX } else { 0 }
+        + if tier {
+            crate::tier::queue_bound_for(capacity)
+        } else {
+            0
+        }
 }
 
 /// The frame pool that fits in a memory budget of `memory` bytes together with what the cache
@@ -81,11 +85,26 @@ pub fn budget(capacity: u64, config: &BackingConfig, tier: bool) -> u64 {
 /// [`FIXED_OVERHEAD`] (code, runtime, heap) and the upload buffers of files being written.
 pub fn frame_pool_within(memory: u64, tier: bool, buffers: u64) -> Option<usize> {
     const FRAME: u64 = 4096;
-    let queue = if tier { crate::tier::QUEUED_MAX } else { 0 };
-    let rest = memory.checked_sub(queue)?.checked_sub(buffers)?;
-    // frames + frames / 64 <= rest.
-    let frames = rest / 65 * 64 / FRAME * FRAME;
-    (frames >= 1 << 20)
+    let used = |frames: u64| {
+        let queue = if tier {
+            crate::tier::queue_bound_for(frames)
+        } else {
+            0
+        };
+        frames + frames / 64 + queue + buffers
+    };
+    // What a pool takes grows with it: the most whole frames that fit, by bisection.
+    let (mut lo, mut hi) = (0u64, memory / FRAME + 1);
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if used(mid * FRAME) <= memory {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    let frames = lo * FRAME;
+    (frames >= 1 << 20 && used(frames) <= memory)
         .then(|| usize::try_from(frames).ok())
         .flatten()
 }
@@ -112,11 +131,7 @@ impl ObjectCache {
             upload_bound: config.upload_bound(),
             tier_queued: tier.as_ref().map_or(0, |t| t.queued),
             tier_queued_max: tier.as_ref().map_or(0, |t| t.queued_max),
-            tier_queue_bound: if tier.is_some() {
-                crate::tier::QUEUED_MAX
-            } else {
-                0
-            },
+            tier_queue_bound: tier.as_ref().map_or(0, |t| t.queue_bound),
             staging_cached: self
                 .backing()
                 .inner
@@ -151,28 +166,42 @@ mod tests {
 
     #[test]
     fn the_frame_pool_and_what_it_brings_fit_the_budget() {
-        let q = crate::tier::QUEUED_MAX;
         for memory in [
             2u64 << 20,
+            20 << 20,
+            32 << 20,
             64 << 20,
+            150 << 20,
             256 << 20,
             (256 << 20) + 12345,
             8 << 30,
         ] {
             for (tier, buffers) in [(false, 0), (true, 0), (true, 4 * ((1 << 20) + 4096))] {
                 let Some(frames) = frame_pool_within(memory, tier, buffers) else {
-                    assert!(memory < 64 << 20, "{memory} {tier} {buffers}");
+                    assert!(memory < 20 << 20, "{memory} {tier} {buffers}");
                     continue;
                 };
                 let frames = frames as u64;
                 assert_eq!(frames % 4096, 0);
-                let used = frames + frames / 64 + if tier { q } else { 0 } + buffers;
-                assert!(used <= memory, "{used} > {memory}");
-                // Tight: another frame and its descriptor would not fit.
+                let used = |f: u64| {
+                    let q = if tier {
+                        crate::tier::queue_bound_for(f)
+                    } else {
+                        0
+                    };
+                    f + f / 64 + q + buffers
+                };
+                assert!(used(frames) <= memory, "{} > {memory}", used(frames));
+                // Tight: another frame would not fit.
                 assert!(
-                    used + 4096 + 64 > memory,
-                    "{used} leaves too much of {memory}"
+                    used(frames + 4096) > memory,
+                    "{frames} leaves room in {memory}"
                 );
+                if tier {
+                    let q = crate::tier::queue_bound_for(frames);
+                    assert!((1 << 20..=crate::tier::QUEUED_MAX).contains(&q));
+                    assert!(q <= frames / 16 || q == 1 << 20);
+                }
             }
         }
     }
@@ -181,7 +210,7 @@ mod tests {
     fn a_budget_too_small_for_its_parts_has_no_frame_pool() {
         assert_eq!(frame_pool_within(0, false, 0), None);
         assert_eq!(frame_pool_within(1 << 20, false, 0), None);
-        assert_eq!(frame_pool_within(crate::tier::QUEUED_MAX, true, 0), None);
+        assert_eq!(frame_pool_within(2 << 20, true, 0), None);
         assert_eq!(frame_pool_within(16 << 20, false, 16 << 20), None);
         assert!(frame_pool_within(16 << 20, false, 0).is_some());
     }

@@ -77,6 +77,7 @@ impl ObjectCache {
     /// Puts `tier` under the memory cache: clean folios evicted from memory go there, and
     /// misses look there before the network (for files opened from now on).
     pub fn with_tier(mut self, tier: DiskTier) -> ObjectCache {
+        tier.bound_queue_for(self.page_cache().config().capacity as u64);
         self.tier = Some(tier);
         self
     }

@@ -27,7 +27,8 @@
 //!
 //! # Memory
 //!
-//! Offers wait for the writer in a queue of at most [`QUEUED_MAX`] bytes. An offer that finds
+//! Offers wait for the writer in a queue of at most [`queue_bound_for`] the frames of the cache
+//! the tier is put under (a 16th of them, 1 to [`QUEUED_MAX`] bytes). An offer that finds
 //! it full waits up to [`OFFER_WAIT`] for room (reclaim slowed to the disk's pace, as the
 //! kernel's reclaim is by write-back), and only then is dropped, and counted. The chunk files stay out of the kernel's page cache (see
 //! the crate's `spill` module): the writer writes out and drops what it wrote after each batch of at most
@@ -188,10 +189,13 @@ pub struct TierStats {
     pub bytes: u64,
     /// The size bound.
     pub limit: u64,
-    /// Bytes offered and waiting for the writer now (at most [`QUEUED_MAX`]).
+    /// Bytes offered and waiting for the writer now (at most `queue_bound`, bar one offer
+    /// larger than it alone in the queue).
     pub queued: u64,
     /// The most bytes that waited at once.
     pub queued_max: u64,
+    /// The bound on bytes waiting ([`queue_bound_for`] the cache's frames).
+    pub queue_bound: u64,
 }
 
 impl std::fmt::Display for TierStats {
@@ -207,7 +211,8 @@ impl std::fmt::Display for TierStats {
         writeln!(f, "tier_bytes {}", self.bytes)?;
         writeln!(f, "tier_limit {}", self.limit)?;
         writeln!(f, "tier_queued_bytes {}", self.queued)?;
-        writeln!(f, "tier_queued_bytes_max {}", self.queued_max)
+        writeln!(f, "tier_queued_bytes_max {}", self.queued_max)?;
+        writeln!(f, "tier_queue_bound {}", self.queue_bound)
     }
 }
 
@@ -234,9 +239,10 @@ pub(crate) struct TierInner {
     state: Mutex<State>,
     counts: Counts,
     queue: Mutex<Option<SyncSender<Msg>>>,
-    /// Bytes offered and not yet written: at most [`QUEUED_MAX`] (an offer past it waits, then
+    /// Bytes offered and not yet written: at most `queue_bound` (an offer past it waits, then
     /// is dropped).
     queued: AtomicU64,
+    queue_bound: AtomicU64,
     queued_max: AtomicU64,
     /// Offers waiting for room in the queue park here; the writer wakes them.
     room: (Mutex<()>, Condvar),
@@ -246,9 +252,16 @@ pub(crate) struct TierInner {
 pub const OFFER_WAIT: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// The most bytes of offers waiting for the writer (copies of evicted folios: memory beside the
-/// page cache's, so part of the stated overhead). Reclaim offers faster than a disk takes them
-/// only in bursts; what does not fit is dropped, which costs a later miss a GET, not data.
+/// frames, which a budget given as one figure pays for). Reclaim offers faster than a disk takes
+/// them only in bursts; what does not fit is dropped, which costs a later miss a GET, not data.
 pub const QUEUED_MAX: u64 = 8 << 20;
+
+/// The bound on a tier's queue of offers under a cache of `frames` bytes: a 16th of them, at
+/// least 1 MiB (a chunk) and at most [`QUEUED_MAX`] — so that at a small budget the queue does
+/// not take the frames' place.
+pub fn queue_bound_for(frames: u64) -> u64 {
+    (frames / 16).clamp(1 << 20, QUEUED_MAX)
+}
 
 /// A bounded cache of clean pages on local disk under the memory cache; see the
 /// [module docs](self).
@@ -322,6 +335,7 @@ impl DiskTier {
             counts: Counts::default(),
             queue: Mutex::new(None),
             queued: AtomicU64::new(0),
+            queue_bound: AtomicU64::new(QUEUED_MAX),
             queued_max: AtomicU64::new(0),
             room: (Mutex::new(()), Condvar::new()),
         });
@@ -334,6 +348,14 @@ impl DiskTier {
             .map_err(io)?;
         *inner.queue.lock() = Some(tx);
         Ok(DiskTier { inner })
+    }
+
+    /// Bounds the queue of offers by [`queue_bound_for`] `frames`, the frames of the cache the
+    /// tier is put under (a tier shared by several caches takes the last one's).
+    pub(crate) fn bound_queue_for(&self, frames: u64) {
+        self.inner
+            .queue_bound
+            .store(queue_bound_for(frames), Ordering::Relaxed);
     }
 
     /// The counters.
@@ -351,6 +373,7 @@ impl DiskTier {
             limit: self.inner.limit,
             queued: self.inner.queued.load(Ordering::Relaxed),
             queued_max: self.inner.queued_max.load(Ordering::Relaxed),
+            queue_bound: self.inner.queue_bound.load(Ordering::Relaxed),
         }
     }
 
@@ -439,16 +462,20 @@ impl TierInner {
             return;
         }
         let n = data.len() as u64;
+        let bound = self.queue_bound.load(Ordering::Relaxed);
         let deadline = std::time::Instant::now() + OFFER_WAIT;
         let now = loop {
             let now = self.queued.fetch_add(n, Ordering::Relaxed) + n;
-            if now <= QUEUED_MAX || n > QUEUED_MAX {
+            // An offer larger than the bound goes in only alone.
+            if now <= bound || now == n {
                 break now;
             }
             self.queued.fetch_sub(n, Ordering::Relaxed);
             let mut g = self.room.0.lock();
             // Re-checked under the lock the writer wakes under: no wake-up is missed.
-            if self.queued.load(Ordering::Relaxed) + n > QUEUED_MAX
+            let queued = self.queued.load(Ordering::Relaxed);
+            if queued + n > bound
+                && queued > 0
                 && self.room.1.wait_until(&mut g, deadline).timed_out()
             {
                 self.counts.dropped.fetch_add(pages, Ordering::Relaxed);

@@ -221,3 +221,31 @@ fn pages_the_tier_holds_are_not_written_again() {
     );
     assert!(after.held >= (3 * 6 * MIB / 4096) as u64, "{after:?}");
 }
+
+#[test]
+fn the_queue_of_offers_is_bounded_by_the_cache_it_serves() {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let data = pattern(8 * MIB, 29);
+    put(&store, "obj", &data);
+    let tier = DiskTier::open(dir.path(), 64 * MIB as u64).unwrap();
+    assert_eq!(tier.stats().queue_bound, quire_object::tier::QUEUED_MAX);
+    // Under a 4 MiB cache: a 16th of it, raised to the 1 MiB floor.
+    let c = cache_with_tier(store.clone(), 4 * MIB, tier.clone());
+    let bound = tier.stats().queue_bound;
+    assert_eq!(bound, MIB as u64);
+    assert_eq!(c.memory().tier_queue_bound, bound);
+    let h = c.open("obj").unwrap();
+    assert_eq!(read_all(&h, 128 << 10), data);
+    tier.drain();
+    let s = tier.stats();
+    // Folios of up to 2 MiB are offered whole: one larger than the bound goes in only alone.
+    assert!(s.queued_max <= bound.max(2 * MIB as u64), "{s:?}");
+    assert!(s.puts + s.dropped > 0, "{s:?}");
+    // Under a large cache the queue keeps its most.
+    let big = cache_with_tier(store, 1 << 30, tier.clone());
+    assert_eq!(
+        big.memory().tier_queue_bound,
+        quire_object::tier::QUEUED_MAX
+    );
+}
