@@ -129,8 +129,8 @@ enum Command {
         /// Where to mount it (an existing directory).
         mnt: PathBuf,
         /// quire's memory budget for cached file data (K, M, G suffixes). Mounting an object
-        /// store URL, the cache's whole memory: the frames get what their descriptors, the disk
-        /// tier's queue and the FUSE channel's buffers leave of it.
+        /// store URL, what grows with the cache: the frames get what their descriptors and the
+        /// disk tier's queue leave of it.
         #[arg(long, default_value = "256M", value_parser = mount::parse_size)]
         capacity: usize,
         /// Threads serving requests (default: the number of CPUs, at least 2).

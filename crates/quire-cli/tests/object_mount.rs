@@ -761,8 +761,8 @@ fn an_s3_mount_stays_within_a_memory_group_of_its_capacity_plus_64_mib() {
         assert!(
             counter(&st, "memory_tier_queued_bytes_max") <= counter(&st, "memory_tier_queue_bound")
         );
-        // --capacity is the cache's whole memory: the frames, their descriptors and the tier's
-        // queue (and the channel's buffers) within it.
+        // --capacity pays for what grows with the cache: the frames, their descriptors and the
+        // tier's queue within it.
         let frames = counter(&st, "memory_frame_pool_bytes");
         assert!(
             frames + frames / 64 + counter(&st, "memory_tier_queue_bound") <= CAPACITY,

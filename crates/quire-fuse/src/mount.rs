@@ -87,28 +87,6 @@ impl MountOptions {
         }
     }
 
-    /// The most the channel's buffers hold, known before INIT settles which channel it is: each
-    /// classic thread's request buffer, filled by requests of up to 1 MiB (`max_write`) and a
-    /// header, and its buffer for the data of a read (1 MiB); where io_uring may be taken (not
-    /// [`ChannelChoice::Classic`], and the kernel's switch on or to be turned on), also a 1 MiB
-    /// payload buffer and a header per ring entry, [`ring_entries`](Self::ring_entries) for
-    /// each CPU.
-    pub fn buffer_bound(&self) -> u64 {
-        const REQUEST: u64 = (1 << 20) + 4096;
-        const READ: u64 = 1 << 20;
-        let classic = self.threads.max(1) as u64 * (REQUEST + READ);
-        let uring_on =
-            std::fs::read_to_string(ENABLE_URING).is_ok_and(|v| v.trim() == "Y" || v.trim() == "1");
-        let ring = if self.channel != ChannelChoice::Classic && (uring_on || self.enable_uring) {
-            let cpus = crate::ring::cpus().map_or(1, |c| c.len()) as u64;
-            cpus * self.ring_entries.max(1) as u64
-                * ((1 << 20) + crate::ring::abi::HEADER_SIZE as u64)
-        } else {
-            0
-        };
-        classic + ring
-    }
-
     /// fuser's configuration: permissions checked by the kernel (`default_permissions`),
     /// `nosuid`, `nodev` unless [`MountOptions::dev`], `allow_other` only on request, one
     /// cloned descriptor per thread.

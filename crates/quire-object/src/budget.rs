@@ -19,11 +19,11 @@
 //! `fuse_ring_buffer_bytes`).
 //!
 //! A memory budget given as one figure (`quire mount URL --capacity`, a `CachedStore` built with
-//! [`frame_pool_within`]) pays for the frames, their descriptors, the tier's queue and a mount's
-//! channel buffers out of it: the frames are what is left. Resident memory then stays within the
-//! budget + [`FIXED_OVERHEAD`] + the upload buffers of files being written; in practice (TPC-H
-//! SF 1 read through a mount of 256 MiB) about 14 MiB over the budget, 11 MiB of it the
-//! program's code and libraries.
+//! [`frame_pool_within`]) pays for what grows with the cache: the frames, their descriptors and
+//! the tier's queue; the frames are what is left. What does not grow with it stays beside the
+//! budget as a fixed overhead: code, runtime, heap, a mount's channel buffers, and the upload
+//! buffers of files being written. Resident memory then stays within the budget +
+//! [`FIXED_OVERHEAD`] + the channel's buffers + the upload bound.
 
 use std::sync::atomic::Ordering;
 
@@ -75,15 +75,17 @@ pub fn budget(capacity: u64, config: &BackingConfig, tier: bool) -> u64 {
 }
 
 /// The frame pool that fits in a memory budget of `memory` bytes together with what the cache
-/// allocates for itself in proportion to it or once: the frames' descriptors (a 64th of the
-/// frames), the disk tier's queue of offers (with `tier`) and `buffers` (a FUSE channel's,
-/// where a mount serves the cache). Whole frames (4 KiB); `None` where less than 1 MiB of
-/// frames would be left.
+/// holds in proportion to it: the frames' descriptors (a 64th of the frames) and the disk
+/// tier's queue of offers (with `tier`: [`crate::tier::queue_bound_for`] the frames). Whole
+/// frames (4 KiB), and from 4 MiB up whole 2 MiB, the largest folio (with a part of one at its
+/// end, a 32 MiB budget's pool read a cold sequential stream about 10% slower); `None` where
+/// less than 1 MiB of frames would be left.
 ///
 /// This is how `quire mount URL --capacity` and a `CachedStore` sized by a budget read their
-/// budget: the whole of the cache's memory, not only its frames. What stays outside it is
-/// [`FIXED_OVERHEAD`] (code, runtime, heap) and the upload buffers of files being written.
-pub fn frame_pool_within(memory: u64, tier: bool, buffers: u64) -> Option<usize> {
+/// budget: everything that grows with the cache, not only its frames. What stays outside it
+/// does not grow with it: [`FIXED_OVERHEAD`] (code, runtime, heap), a mount's channel buffers,
+/// and the upload buffers of files being written.
+pub fn frame_pool_within(memory: u64, tier: bool) -> Option<usize> {
     const FRAME: u64 = 4096;
     let used = |frames: u64| {
         let queue = if tier {
@@ -91,7 +93,7 @@ pub fn frame_pool_within(memory: u64, tier: bool, buffers: u64) -> Option<usize>
         } else {
             0
         };
-        frames + frames / 64 + queue + buffers
+        frames + frames / 64 + queue
     };
     // What a pool takes grows with it: the most whole frames that fit, by bisection.
     let (mut lo, mut hi) = (0u64, memory / FRAME + 1);
@@ -103,7 +105,10 @@ pub fn frame_pool_within(memory: u64, tier: bool, buffers: u64) -> Option<usize>
             hi = mid;
         }
     }
-    let frames = lo * FRAME;
+    let mut frames = lo * FRAME;
+    if frames >= 4 << 20 {
+        frames &= !((2 << 20) - 1);
+    }
     (frames >= 1 << 20 && used(frames) <= memory)
         .then(|| usize::try_from(frames).ok())
         .flatten()
@@ -176,9 +181,9 @@ mod tests {
             (256 << 20) + 12345,
             8 << 30,
         ] {
-            for (tier, buffers) in [(false, 0), (true, 0), (true, 4 * ((1 << 20) + 4096))] {
-                let Some(frames) = frame_pool_within(memory, tier, buffers) else {
-                    assert!(memory < 20 << 20, "{memory} {tier} {buffers}");
+            for tier in [false, true] {
+                let Some(frames) = frame_pool_within(memory, tier) else {
+                    assert!(memory < 4 << 20, "{memory} {tier}");
                     continue;
                 };
                 let frames = frames as u64;
@@ -189,12 +194,15 @@ mod tests {
                     } else {
                         0
                     };
-                    f + f / 64 + q + buffers
+                    f + f / 64 + q
                 };
                 assert!(used(frames) <= memory, "{} > {memory}", used(frames));
-                // Tight: another frame would not fit.
+                // Tight: from 4 MiB up whole 2 MiB (the largest folio), another of which would
+                // not fit; below, another frame would not.
+                let step = if frames >= 4 << 20 { 2 << 20 } else { 4096 };
+                assert_eq!(frames % step, 0);
                 assert!(
-                    used(frames + 4096) > memory,
+                    used(frames + step) > memory,
                     "{frames} leaves room in {memory}"
                 );
                 if tier {
@@ -208,10 +216,9 @@ mod tests {
 
     #[test]
     fn a_budget_too_small_for_its_parts_has_no_frame_pool() {
-        assert_eq!(frame_pool_within(0, false, 0), None);
-        assert_eq!(frame_pool_within(1 << 20, false, 0), None);
-        assert_eq!(frame_pool_within(2 << 20, true, 0), None);
-        assert_eq!(frame_pool_within(16 << 20, false, 16 << 20), None);
-        assert!(frame_pool_within(16 << 20, false, 0).is_some());
+        assert_eq!(frame_pool_within(0, false), None);
+        assert_eq!(frame_pool_within(1 << 20, false), None);
+        assert_eq!(frame_pool_within(2 << 20, true), None);
+        assert!(frame_pool_within(2 << 20, false).is_some());
     }
 }

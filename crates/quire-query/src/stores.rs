@@ -64,7 +64,7 @@ pub fn cached_with_handle(
     // The budget is the cache's whole memory: the frames get what their descriptors and the
     // disk tier's queue leave of it.
     let frames =
-        quire_object::budget::frame_pool_within(budget.memory, budget.tier.is_some(), 0)
+        quire_object::budget::frame_pool_within(budget.memory, budget.tier.is_some())
             .with_context(|| format!("a budget of {} bytes leaves no frames", budget.memory))?;
     let mut config = CacheConfig::new(frames);
     config.readahead_max = quire_object::READAHEAD_MAX;

@@ -292,31 +292,21 @@ fn run_object(
             bail!("staging {} is not a directory", dir.display());
         }
     }
-    // --capacity is the cache's whole memory: the frames get what their descriptors, the disk
-    // tier's queue and the channel's buffers leave of it.
-    let buffers = opts.buffer_bound();
+    // --capacity pays for what grows with the cache: the frames get what their descriptors and
+    // the disk tier's queue leave of it.
     let tier = a.disk_cache.is_some();
-    let beside = format!(
-        "their descriptors, the channel's buffers ({} KiB){}",
-        buffers >> 10,
-        if tier {
-            " and the disk tier's queue"
-        } else {
-            ""
-        }
-    );
-    let frames = quire_object::budget::frame_pool_within(a.capacity as u64, tier, buffers)
-        .with_context(|| {
+    let frames =
+        quire_object::budget::frame_pool_within(a.capacity as u64, tier).with_context(|| {
             format!(
-                "--capacity {} leaves less than 1 MiB of frames beside {beside}",
-                a.capacity
+                "--capacity {} leaves less than 1 MiB of frames beside their descriptors{}",
+                a.capacity,
+                if tier {
+                    " and the disk tier's queue"
+                } else {
+                    ""
+                }
             )
         })?;
-    eprintln!(
-        "quire: --capacity {} KiB: {} KiB of frames, the rest {beside}",
-        a.capacity >> 10,
-        frames >> 10
-    );
     let mut config = quire::CacheConfig::new(frames);
     config.readahead_max = std::env::var("QUIRE_OBJECT_READAHEAD")
         .ok()
