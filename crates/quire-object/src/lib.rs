@@ -78,8 +78,8 @@ pub use tier::{DiskTier, TierStats};
 /// frames while it is in flight: the disk tier's queue of the same bytes, and a buffer for the
 /// fetch where several requests share one range (a request alone in its range, as a large folio
 /// of readahead is, gets each GET body written into its frames as it arrives). A cold 1 GiB read
-/// by a mount of `--capacity 256M` (its frames, descriptors, tier queue and channel buffers)
-/// peaks at about 277 MiB of its memory group with 8 MiB; a larger window reads no faster (the emulated link: 2 ms a request, 1000 Mbit/s), and with
+/// by a mount of `--capacity 256M` (its frames, descriptors and tier queue) peaks at about
+/// 275 MiB of its memory group with 8 MiB; a larger window reads no faster (the emulated link: 2 ms a request, 1000 Mbit/s), and with
 /// 4 MiB a cold sequential read falls to 0.84× the link.
 pub const READAHEAD_MAX: usize = 8 << 20;
 
