@@ -16,11 +16,11 @@
 //! Variants, each a FUSE daemon started by the suite and stopped (unmounted) after its cases:
 //! - `quire`: `quire mount --foreground --capacity BUDGET --threads 4 s3://bench MNT`, the
 //!   disk tier on (`--disk-cache DIR --disk-size DISK`) where `quire mount --help` lists it,
-//!   the write staging in the scratch directory (`--staging`). The capacity is the cache's
-//!   whole memory: its frames get what their descriptors, the tier's queue and the channel's
-//!   buffers leave of it (`quire_object::budget::frame_pool_within`); its staging and disk tier
-//!   files are kept out of the kernel's page cache (written out and dropped in batches), and
-//!   what it holds beside the frames is bounded (`quire_object::budget`).
+//!   the write staging in the scratch directory (`--staging`). The capacity pays for what
+//!   grows with the cache: its frames get what their descriptors and the tier's queue leave of
+//!   it (`quire_object::budget::frame_pool_within`); its staging and disk tier files are kept
+//!   out of the kernel's page cache (written out and dropped in batches), and what it holds
+//!   beside the frames is bounded (`quire_object::budget`).
 //! - `rclone`: `rclone mount :s3:bench MNT --vfs-cache-mode full --vfs-cache-max-size DISK
 //!   --cache-dir DIR --vfs-write-back 0s` (S3 provider `Other`, the proxy as endpoint, no
 //!   config file; uploads start at close rather than 5 s later). rclone's only memory knob is
