@@ -79,8 +79,8 @@ pub use tier::{DiskTier, TierStats};
 /// fetch where several requests share one range (a request alone in its range, as a large folio
 /// of readahead is, gets each GET body written into its frames as it arrives). A cold 1 GiB read
 /// by a mount of `--capacity 256M` (its frames, descriptors and tier queue) peaks at about
-/// 275 MiB of its memory group with 8 MiB; a larger window reads no faster (the emulated link: 2 ms a request, 1000 Mbit/s), and with
-/// 4 MiB a cold sequential read falls to 0.84× the link.
+/// 275 MiB of its memory group with 8 MiB; a larger window reads no faster (the emulated link:
+/// 2 ms a request, 1000 Mbit/s), and with 4 MiB a cold sequential read falls to 0.84× the link.
 pub const READAHEAD_MAX: usize = 8 << 20;
 
 /// What can go wrong outside a read or write (those report [`quire::FilemapError`]).
