@@ -61,11 +61,10 @@ pub fn cached_with_handle(
     inner: Arc<dyn ObjectStore>,
     budget: &CacheBudget,
 ) -> anyhow::Result<(Arc<dyn ObjectStore>, Arc<CachedStore>)> {
-    // The budget is the cache's whole memory: the frames get what their descriptors and the
-    // disk tier's queue leave of it.
-    let frames =
-        quire_object::budget::frame_pool_within(budget.memory, budget.tier.is_some())
-            .with_context(|| format!("a budget of {} bytes leaves no frames", budget.memory))?;
+    // The budget pays for what grows with the cache: the frames get what their descriptors and
+    // the disk tier's queue leave of it.
+    let frames = quire_object::budget::frame_pool_within(budget.memory, budget.tier.is_some())
+        .with_context(|| format!("a budget of {} bytes leaves no frames", budget.memory))?;
     let mut config = CacheConfig::new(frames);
     config.readahead_max = quire_object::READAHEAD_MAX;
     let cache = PageCache::new(config)?;
