@@ -63,15 +63,16 @@ pub struct MemoryStats {
 /// The bound on what a cache of `capacity` bytes over a backing configured by `config` holds
 /// (see the [module docs](self)).
 pub fn budget(capacity: u64, config: &BackingConfig, tier: bool) -> u64 {
-    capacity
-        + capacity / 64
-        + FIXED_OVERHEAD
-        + config.upload_bound()
-        + if tier {
-            crate::tier::queue_bound_for(capacity)
-        } else {
-            0
-        }
+    capacity + capacity / 64 + FIXED_OVERHEAD + config.upload_bound() + tier_queue(capacity, tier)
+}
+
+/// The bound on the disk tier's queue of offers under `frames` bytes of frames, 0 without a tier.
+fn tier_queue(frames: u64, tier: bool) -> u64 {
+    if tier {
+        crate::tier::queue_bound_for(frames)
+    } else {
+        0
+    }
 }
 
 /// The frame pool that fits in a memory budget of `memory` bytes together with what the cache
@@ -87,14 +88,7 @@ pub fn budget(capacity: u64, config: &BackingConfig, tier: bool) -> u64 {
 /// and the upload buffers of files being written.
 pub fn frame_pool_within(memory: u64, tier: bool) -> Option<usize> {
     const FRAME: u64 = 4096;
-    let used = |frames: u64| {
-        let queue = if tier {
-            crate::tier::queue_bound_for(frames)
-        } else {
-            0
-        };
-        frames + frames / 64 + queue
-    };
+    let used = |frames: u64| frames + frames / 64 + tier_queue(frames, tier);
     // What a pool takes grows with it: the most whole frames that fit, by bisection.
     let (mut lo, mut hi) = (0u64, memory / FRAME + 1);
     while hi - lo > 1 {
