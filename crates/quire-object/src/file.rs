@@ -394,11 +394,15 @@ impl FileInner {
                             continue;
                         }
                     }
-                    // What the disk tier has is copied in; the rest is fetched.
+                    // What the disk tier has is read in; the rest is fetched. The tier's
+                    // reads wait on the disk: the runtime's other tasks (other misses, the
+                    // network's replies) go on on another thread meanwhile. Every fetch runs
+                    // on the backing's own multi-threaded runtime, where this is allowed.
                     let missing = match (&self.tier, &tag) {
                         (Some(tier), Some(t)) => {
                             let id = self.tier_id(t);
-                            from_tier(tier, id, off, &mut out[at..at + len])
+                            let dst = &mut out[at..at + len];
+                            tokio::task::block_in_place(|| from_tier(tier, id, off, dst))
                         }
                         _ => vec![(off, len)],
                     };
@@ -862,26 +866,48 @@ struct Want {
 }
 
 /// Fills from `tier` what it has of `dst` (the file's bytes at `off`); returns the stretches
-/// (offset, length) it lacks, in order.
+/// (offset, length) it lacks, in order. The whole pages of a page-aligned `dst` are read
+/// straight into it (quire's frames, on the read path: direct from disk where aligned); only a
+/// part page, at either end, goes through a page of its own.
 fn from_tier(tier: &TierInner, id: ObjectId, off: u64, dst: &mut [u8]) -> Vec<(u64, usize)> {
     const PAGE: u64 = 4096;
     let end = off + dst.len() as u64;
-    let first = off / PAGE * PAGE;
-    let last = end.div_ceil(PAGE) * PAGE;
-    let mut pages = vec![0u8; (last - first) as usize];
-    let found = tier.read(id, first, &mut pages);
-    let mut missing: Vec<(u64, usize)> = Vec::new();
-    for (i, hit) in found.iter().enumerate() {
-        let p0 = (first + i as u64 * PAGE).max(off);
-        let p1 = (first + (i as u64 + 1) * PAGE).min(end);
-        if *hit {
-            let src = (p0 - first) as usize..(p1 - first) as usize;
-            dst[(p0 - off) as usize..(p1 - off) as usize].copy_from_slice(&pages[src]);
-        } else {
-            match missing.last_mut() {
-                Some((o, l)) if *o + *l as u64 == p0 => *l += (p1 - p0) as usize,
-                _ => missing.push((p0, (p1 - p0) as usize)),
+    // dst[..direct] is whole pages from `off`, read in place.
+    let direct = if off.is_multiple_of(PAGE) {
+        dst.len() / PAGE as usize * PAGE as usize
+    } else {
+        0
+    };
+    let (head, tail) = dst.split_at_mut(direct);
+    let mut hits: Vec<(u64, u64, bool)> = tier
+        .read(id, off, head)
+        .into_iter()
+        .enumerate()
+        .map(|(i, hit)| (off + i as u64 * PAGE, off + (i as u64 + 1) * PAGE, hit))
+        .collect();
+    if !tail.is_empty() {
+        let t_off = off + direct as u64;
+        let first = t_off / PAGE * PAGE;
+        let last = end.div_ceil(PAGE) * PAGE;
+        let mut pages = vec![0u8; (last - first) as usize];
+        for (i, hit) in tier.read(id, first, &mut pages).into_iter().enumerate() {
+            let p0 = (first + i as u64 * PAGE).max(t_off);
+            let p1 = (first + (i as u64 + 1) * PAGE).min(end);
+            if hit {
+                let src = (p0 - first) as usize..(p1 - first) as usize;
+                tail[(p0 - t_off) as usize..(p1 - t_off) as usize].copy_from_slice(&pages[src]);
             }
+            hits.push((p0, p1, hit));
+        }
+    }
+    let mut missing: Vec<(u64, usize)> = Vec::new();
+    for (p0, p1, hit) in hits {
+        if hit {
+            continue;
+        }
+        match missing.last_mut() {
+            Some((o, l)) if *o + *l as u64 == p0 => *l += (p1 - p0) as usize,
+            _ => missing.push((p0, (p1 - p0) as usize)),
         }
     }
     missing

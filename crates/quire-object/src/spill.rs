@@ -14,17 +14,20 @@
 //! written are in the page cache at once, and the disk writes overlap the next batch's. What is
 //! read is dropped as soon as it is copied out.
 //!
-//! Why not `O_DIRECT`: the reads are of any length at any offset (a reader's range of a staged
-//! file), so each would need an aligned bounce buffer and its own alignment rules per file
-//! system, and tmpfs and some FUSE file systems refuse it; a write-out and a drop per few MiB
-//! gives the same bound with the kernel's own write-back. On tmpfs (a staging directory in
+//! Why not `O_DIRECT` for everything: the writes and most staged reads are of any length at any
+//! offset (a reader's range of a staged file), so each would need an aligned bounce buffer and
+//! its own alignment rules per file system, and tmpfs and some FUSE file systems refuse it; a
+//! write-out and a drop per few MiB gives the same bound with the kernel's own write-back. A
+//! read that is aligned, as the disk tier's whole pages into quire's frames are, does go
+//! direct ([`read_direct`]): it saves the kernel's copy, the page cache's fill and its drop,
+//! which cost more CPU than the disk's transfer. On tmpfs (a staging directory in
 //! `/tmp` on some systems) neither helps: its pages are memory until the file is deleted, so
 //! the staged bytes of a file are memory until its upload (`quire stat` shows them as
 //! `memory_staging_page_cache_bytes`).
 
 use std::fs::File;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -73,6 +76,37 @@ pub(crate) fn read_dropping(f: &File, buf: &mut [u8], off: u64) -> std::io::Resu
     let r = f.read_exact_at(buf, off);
     drop_cached(f, off, buf.len() as u64);
     r
+}
+
+/// Reads `buf.len()` bytes at `off` of `f`, without the page cache where it can: where `buf`'s
+/// address, its length and `off` are all multiples of 4 KiB, through a descriptor of the same
+/// file opened with `O_DIRECT` for this read, so the disk's bytes land in `buf` (quire's frames,
+/// for the disk tier) with no copy in the kernel's page cache to make and drop again. Anywhere
+/// else, and where the file system refuses `O_DIRECT` (`EINVAL`), as [`read_dropping`].
+///
+/// Dirty pages of the range still in the page cache (a tier page written moments ago) are
+/// written out by the kernel before a direct read, so the read sees them.
+pub(crate) fn read_direct(f: &File, buf: &mut [u8], off: u64) -> std::io::Result<()> {
+    const ALIGN: u64 = 4096;
+    let aligned = (buf.as_ptr() as u64).is_multiple_of(ALIGN)
+        && (buf.len() as u64).is_multiple_of(ALIGN)
+        && off.is_multiple_of(ALIGN);
+    if aligned && !buf.is_empty() {
+        // The same open file description's inode, wherever its path is now (a chunk deleted
+        // by the tier's bound stays readable through it).
+        let path = format!("/proc/self/fd/{}", f.as_raw_fd());
+        let direct = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(path);
+        if let Ok(direct) = direct {
+            match direct.read_exact_at(buf, off) {
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
+                r => return r,
+            }
+        }
+    }
+    read_dropping(f, buf, off)
 }
 
 /// A span of a file written since its last write-out: `lo..hi`, `bytes` written into it.
@@ -161,5 +195,54 @@ impl Drop for StagingFile {
         let p = self.pending.get_mut();
         self.cached
             .fetch_sub(p.open.bytes + p.started.bytes, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::read_direct;
+    use std::os::unix::fs::FileExt;
+
+    /// A 4 KiB-aligned stretch of `len` bytes inside `v` (which has 4 KiB to spare).
+    fn aligned(v: &mut [u8], len: usize) -> &mut [u8] {
+        let skip = v.as_ptr().align_offset(4096);
+        &mut v[skip..skip + len]
+    }
+
+    #[test]
+    fn a_direct_read_sees_bytes_written_moments_ago() {
+        let f = tempfile::tempfile().unwrap();
+        let data: Vec<u8> = (0..64 * 1024).map(|i| (i * 7 % 251) as u8).collect();
+        f.write_all_at(&data, 4096).unwrap();
+        // Aligned: through O_DIRECT, which must first write the dirty pages out.
+        let mut v = vec![0u8; 64 * 1024 + 4096];
+        let buf = aligned(&mut v, 32 * 1024);
+        read_direct(&f, buf, 4096 + 8192).unwrap();
+        assert_eq!(buf, &data[8192..8192 + 32 * 1024]);
+        // Rewritten in place, read again: the new bytes, not what the disk had.
+        f.write_all_at(&[0xab; 4096], 4096 + 8192).unwrap();
+        read_direct(&f, buf, 4096 + 8192).unwrap();
+        assert_eq!(&buf[..4096], &[0xab; 4096][..]);
+        assert_eq!(&buf[4096..], &data[8192 + 4096..8192 + 32 * 1024]);
+    }
+
+    #[test]
+    fn unaligned_reads_and_short_files_are_served_or_refused_as_plain_reads() {
+        let f = tempfile::tempfile().unwrap();
+        let data: Vec<u8> = (0..20_000).map(|i| (i % 253) as u8).collect();
+        f.write_all_at(&data, 0).unwrap();
+        let mut v = vec![0u8; 16384];
+        // An address off the alignment, an offset off it, a length off it.
+        read_direct(&f, &mut v[1..4097], 0).unwrap();
+        assert_eq!(&v[1..4097], &data[..4096]);
+        let buf = aligned(&mut v, 4096);
+        read_direct(&f, buf, 100).unwrap();
+        assert_eq!(buf, &data[100..4196]);
+        read_direct(&f, &mut buf[..1000], 4096).unwrap();
+        assert_eq!(&buf[..1000], &data[4096..5096]);
+        // Past the end: an error, as a plain read_exact_at gives, not short or wrong bytes.
+        let buf = aligned(&mut v, 8192);
+        let e = read_direct(&f, buf, 16384).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::UnexpectedEof);
     }
 }

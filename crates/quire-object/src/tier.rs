@@ -32,7 +32,10 @@
 //! it full waits up to [`OFFER_WAIT`] for room (reclaim slowed to the disk's pace, as the
 //! kernel's reclaim is by write-back), and only then is dropped, and counted. The chunk files stay out of the kernel's page cache (see
 //! the crate's `spill` module): the writer writes out and drops what it wrote after each batch of at most
-//! 4 MiB bytes, and a read drops the pages it read.
+//! 4 MiB bytes, and a read of whole pages into quire's frames goes around it (`O_DIRECT`), the
+//! disk's bytes landing in the frames with no copy on the way; any other read drops the pages
+//! it read. A miss's read of the tier waits on the disk off the runtime's workers
+//! (`block_in_place`), so other misses and the network's replies go on meanwhile.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::{File, OpenOptions};
@@ -664,7 +667,7 @@ impl TierInner {
                 let at = (i + p) * PAGE;
                 let buf = &mut dst[at..(i + q) * PAGE];
                 let read =
-                    crate::spill::read_dropping(&file, buf, HEADER + ((first + p) * PAGE) as u64);
+                    crate::spill::read_direct(&file, buf, HEADER + ((first + p) * PAGE) as u64);
                 for k in p..q {
                     let page = &dst[(i + k) * PAGE..(i + k + 1) * PAGE];
                     if read.is_ok() && checksum(page) == want[k].expect("present") {
