@@ -394,15 +394,20 @@ impl FileInner {
                             continue;
                         }
                     }
-                    // What the disk tier has is read in; the rest is fetched. The tier's
-                    // reads wait on the disk: the runtime's other tasks (other misses, the
-                    // network's replies) go on on another thread meanwhile. Every fetch runs
-                    // on the backing's own multi-threaded runtime, where this is allowed.
+                    // What the disk tier has is read in; the rest is fetched. Where the tier
+                    // holds some of it, its reads wait on the disk: the runtime's other tasks
+                    // (other misses, the network's replies) go on on another thread meanwhile
+                    // (every fetch runs on the backing's own multi-threaded runtime, where this
+                    // is allowed). Where it holds none, nothing waits and no thread moves.
                     let missing = match (&self.tier, &tag) {
                         (Some(tier), Some(t)) => {
                             let id = self.tier_id(t);
                             let dst = &mut out[at..at + len];
-                            tokio::task::block_in_place(|| from_tier(tier, id, off, dst))
+                            if tier.holds_any(id, off, len as u64) {
+                                tokio::task::block_in_place(|| from_tier(tier, id, off, dst))
+                            } else {
+                                from_tier(tier, id, off, dst)
+                            }
                         }
                         _ => vec![(off, len)],
                     };

@@ -623,6 +623,16 @@ impl TierInner {
         }
     }
 
+    /// Whether the tier holds any chunk of `offset..offset + len` of `object`: a read of a range
+    /// it does not would find nothing, and touches no disk.
+    pub(crate) fn holds_any(&self, object: ObjectId, offset: u64, len: u64) -> bool {
+        if len == 0 {
+            return false;
+        }
+        let s = self.state.lock();
+        (offset / CHUNK..=(offset + len - 1) / CHUNK).any(|c| s.chunks.contains_key(&(object, c)))
+    }
+
     /// Fills the pages of `dst` (whole pages: `dst.len()` a multiple of 4 KiB, `offset` page
     /// aligned) found in the tier; returns which were found. A run of present pages in one
     /// chunk is one read.
