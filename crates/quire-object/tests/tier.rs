@@ -249,3 +249,45 @@ fn the_queue_of_offers_is_bounded_by_the_cache_it_serves() {
         quire_object::tier::QUEUED_MAX
     );
 }
+
+#[test]
+fn reads_from_the_tier_at_any_offset_and_an_object_s_short_last_page_are_exact() {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    // Not a whole number of pages: the last page is short.
+    let data = pattern(3 * MIB + 1234, 31);
+    put(&store, "obj", &data);
+    let tier = DiskTier::open(dir.path(), 64 * MIB as u64).unwrap();
+    let c = cache_with_tier(store.clone(), MIB, tier.clone());
+    let h = c.open("obj").unwrap();
+    assert_eq!(read_all(&h, 128 << 10), data);
+    tier.drain();
+    c.page_cache().shrink(usize::MAX);
+    let gets = c.backing().stats().requests(Request::Get);
+    let hits = tier.stats().hits;
+    // Reads that start and end off page boundaries, one across the object's end.
+    let len = data.len() as u64;
+    for (off, n) in [
+        (1000u64, 5000usize),
+        (MIB as u64 - 7, 70_000),
+        (2 * MIB as u64 + 4096, 8192),
+        (len - 3000, 3000),
+        (len - 1234, 1234),
+        (0, 4096),
+    ] {
+        c.page_cache().shrink(usize::MAX);
+        let mut buf = vec![0u8; n];
+        h.read_exact_at(off, &mut buf).unwrap();
+        assert_eq!(
+            buf,
+            &data[off as usize..off as usize + n],
+            "{n} bytes at {off}"
+        );
+    }
+    assert!(tier.stats().hits > hits, "{:?}", tier.stats());
+    assert_eq!(
+        c.backing().stats().requests(Request::Get),
+        gets,
+        "every read was served by the tier"
+    );
+}
