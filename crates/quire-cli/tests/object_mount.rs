@@ -372,6 +372,18 @@ fn mount_s3_with(
         .env("AWS_ACCESS_KEY_ID", "quire")
         .env("AWS_SECRET_ACCESS_KEY", "quire-secret")
         .env("AWS_REGION", "us-east-1")
+        // A test that allows a longer retry allows each request as long: object_store's own
+        // per-request timeout (30 s) would cut a slow completion short and retry it, and a
+        // retried CompleteMultipartUpload finds its upload gone (AccessDenied) though the
+        // object is whole.
+        .env(
+            "AWS_TIMEOUT",
+            extra
+                .iter()
+                .position(|a| *a == "--retry-timeout")
+                .and_then(|i| extra.get(i + 1))
+                .map_or("30s".to_string(), |s| format!("{s}s")),
+        )
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
