@@ -58,6 +58,7 @@ pub struct Counters {
     http_attempts: AtomicU64,
     http_failed: AtomicU64,
     stale: AtomicU64,
+    completions_confirmed: AtomicU64,
     /// Bytes of upload buffers held now (parts and single PUTs being read or sent), and the
     /// most at once.
     upload_bytes: AtomicU64,
@@ -98,6 +99,10 @@ impl Counters {
         self.stale.fetch_add(1, Ordering::Relaxed);
     }
 
+    pub(crate) fn completion_confirmed(&self) {
+        self.completions_confirmed.fetch_add(1, Ordering::Relaxed);
+    }
+
     pub(crate) fn upload_held(&self, n: u64) {
         let now = self.upload_bytes.fetch_add(n, Ordering::Relaxed) + n;
         self.upload_bytes_max.fetch_max(now, Ordering::Relaxed);
@@ -119,6 +124,7 @@ impl Counters {
             http_attempts: self.http_attempts.load(Ordering::Relaxed),
             http_failed: self.http_failed.load(Ordering::Relaxed),
             stale: self.stale.load(Ordering::Relaxed),
+            completions_confirmed: self.completions_confirmed.load(Ordering::Relaxed),
             upload_bytes: self.upload_bytes.load(Ordering::Relaxed),
             upload_bytes_max: self.upload_bytes_max.load(Ordering::Relaxed),
             staging_cached_bytes: self.staging_cached.load(Ordering::Relaxed),
@@ -171,6 +177,10 @@ pub struct ObjectStats {
     /// Reads refused because the object changed under an open reader (`ESTALE`), and opens
     /// that found a newer version than the cached one.
     pub stale: u64,
+    /// Multipart uploads whose completion request failed (its answer lost, the upload then
+    /// unknown to the server when asked again) and which a HEAD found complete: the object
+    /// there has the upload's length and part count and is newer than the one it replaced.
+    pub completions_confirmed: u64,
     /// Bytes of upload buffers held now (bounded by the backing's upload budget,
     /// `parts_in_flight` × `part_size`).
     pub upload_bytes: u64,
@@ -213,6 +223,11 @@ impl fmt::Display for ObjectStats {
         writeln!(f, "object_http_failed {}", self.http_failed)?;
         writeln!(f, "object_retries {}", self.retries())?;
         writeln!(f, "object_stale {}", self.stale)?;
+        writeln!(
+            f,
+            "object_completions_confirmed {}",
+            self.completions_confirmed
+        )?;
         writeln!(f, "object_upload_bytes {}", self.upload_bytes)?;
         writeln!(f, "object_upload_bytes_max {}", self.upload_bytes_max)?;
         writeln!(

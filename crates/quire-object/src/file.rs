@@ -19,6 +19,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::stream::{FuturesUnordered, StreamExt};
 use object_store::path::Path;
@@ -224,6 +225,39 @@ impl std::fmt::Debug for ObjectFile {
             .field("key", &self.inner.key.as_ref())
             .field("state", &*self.inner.state.lock())
             .finish()
+    }
+}
+
+/// A multipart upload whose completion is in doubt: what the object must look like if it
+/// completed (see [`FileInner::confirm_completed`]).
+struct Completed {
+    len: u64,
+    parts: usize,
+    /// The ETag of the object the upload replaces, if there was one.
+    replaced: Option<String>,
+    started: std::time::SystemTime,
+}
+
+impl Completed {
+    fn is(&self, m: &object_store::ObjectMeta) -> bool {
+        let Some(tag) = m.e_tag.as_deref() else {
+            return false;
+        };
+        let parts_ok = match tag.trim_matches('"').rsplit_once('-') {
+            Some((_, n)) if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => {
+                n.parse::<usize>().ok() == Some(self.parts)
+            }
+            _ => true,
+        };
+        let skew = Duration::from_secs(15 * 60);
+        let since = self.started - skew;
+        let since = since
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
+        m.size == self.len
+            && self.replaced.as_deref() != Some(tag)
+            && parts_ok
+            && m.last_modified.timestamp() >= since
     }
 }
 
@@ -645,6 +679,7 @@ impl FileInner {
         let counters = self.backing.counters.clone();
         let store = self.backing.store.clone();
         let req = counters.start(Request::Multipart);
+        let started = std::time::SystemTime::now();
         let (mut upload, mut off, sent) = match stream {
             Some(st) => (st.upload, st.sent, st.parts),
             None => (
@@ -658,6 +693,7 @@ impl FileInner {
         };
         let part = self.backing.config.part_size.max(5 << 20) as u64;
         let depth = self.backing.config.parts_in_flight.max(1);
+        let mut parts = sent.len();
         let mut running = FuturesUnordered::new();
         let result: Result<()> = async {
             // The write-behind parts already on their way.
@@ -684,6 +720,7 @@ impl FileInner {
                     Ok::<(), StoreError>(())
                 }));
                 off += l as u64;
+                parts += 1;
                 while running.len() >= depth {
                     if let Some(r) = running.next().await {
                         r.map_err(|_| errno_error(Op::Write, 0, libc::EIO))??;
@@ -722,10 +759,19 @@ impl FileInner {
         drop(running);
         match result {
             Ok(()) => {
-                let r = upload
-                    .complete()
-                    .await
-                    .map_err(|e| store_error(Op::Write, 0, &e))?;
+                let r = match upload.complete().await {
+                    Ok(r) => r,
+                    Err(e) => {
+                        let done = Completed {
+                            len,
+                            parts,
+                            replaced: remote.and_then(|v| v.e_tag),
+                            started,
+                        };
+                        let r = self.confirm_completed(&done, &e).await;
+                        r.ok_or_else(|| store_error(Op::Write, 0, &e))?
+                    }
+                };
                 req.ok();
                 Ok(r)
             }
@@ -733,6 +779,50 @@ impl FileInner {
                 let _ = upload.abort().await;
                 Err(e)
             }
+        }
+    }
+
+    /// After a completion request failed: whether the upload completed all the same, asked
+    /// with a HEAD. A completion's answer can be lost (a timeout, a dropped connection) after
+    /// the server acted; the client then asks again and the server, which no longer knows the
+    /// upload, refuses (S3: `NoSuchUpload`; some servers: `AccessDenied`). Where the server
+    /// answered so, an earlier attempt may still be assembling the object: the HEAD is repeated,
+    /// with backoff, for up to the backing's retry timeout. The object counts as this upload's
+    /// if it has the upload's length, its ETag differs from the replaced object's, a multipart
+    /// ETag (`"…-N"`) names the upload's part count, and it is no older than the upload (less
+    /// 15 minutes of clock skew). A writer that put an object so alike in that window is not
+    /// told apart, as with the HEAD before completing.
+    async fn confirm_completed(
+        &self,
+        done: &Completed,
+        e: &object_store::Error,
+    ) -> Option<object_store::PutResult> {
+        let unknown = matches!(
+            e,
+            object_store::Error::NotFound { .. } | object_store::Error::PermissionDenied { .. }
+        );
+        let until = std::time::Instant::now() + self.backing.config.retry_timeout;
+        let mut wait = self
+            .backing
+            .config
+            .first_backoff
+            .max(Duration::from_millis(10));
+        loop {
+            if let Ok(m) = self.backing.store.head(&self.key).await {
+                if done.is(&m) {
+                    self.backing.counters.completion_confirmed();
+                    return Some(object_store::PutResult {
+                        e_tag: m.e_tag,
+                        version: m.version,
+                        extensions: Default::default(),
+                    });
+                }
+            }
+            if !unknown || std::time::Instant::now() + wait > until {
+                return None;
+            }
+            tokio::time::sleep(wait).await;
+            wait = (wait * 2).min(Duration::from_secs(2));
         }
     }
 

@@ -1,7 +1,7 @@
 //! The object cache against a real S3-protocol server (the project's `quire-s3-server`, on
 //! 127.0.0.1), directly and through the fault-injecting proxy: round trips, multipart,
 //! consistency, 503s retried, a truncated body is `EIO`, the server stopped in the middle of a
-//! multipart upload and restarted, a wrong credential.
+//! multipart upload and restarted, a completion whose answer is lost, a wrong credential.
 
 mod common;
 mod s3;
@@ -180,6 +180,51 @@ fn an_upload_cut_by_a_server_restart_is_reported_and_retried() {
     server.restart();
     h.fsync().unwrap();
     assert_eq!(std::fs::read(server.object_path("up")).unwrap(), data);
+}
+
+#[test]
+fn a_multipart_completion_whose_answer_is_lost_is_confirmed_not_failed() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let Some(proxy) = Proxy::start(server.port, 0) else {
+        return;
+    };
+    let c = cache(
+        BackingConfig {
+            single_put_max: MIB as u64,
+            part_size: 5 * MIB,
+            ..config(&proxy.endpoint())
+        },
+        16 * MIB,
+    );
+    for (i, key) in ["new", "new"].into_iter().enumerate() {
+        // The first pass creates the object, the second replaces it.
+        let data = pattern(12 * MIB + 3, 20 + i as u64);
+        let h = c.create(key, true).unwrap();
+        h.write_all_at(0, &data).unwrap();
+        // The server completes the upload, its answer never arrives, the client asks again
+        // and the server no longer knows the upload: the object is whole, so fsync succeeds.
+        proxy.fault_on("lost", 1, "&method=POST&query=uploadId");
+        h.fsync().unwrap();
+        h.close().unwrap();
+        assert_eq!(std::fs::read(server.object_path(key)).unwrap(), data);
+        let s = c.backing().stats();
+        assert_eq!(s.requests(Request::Part), 3 * (i as u64 + 1), "{s}");
+        assert_eq!(s.completions_confirmed, i as u64 + 1, "{s}");
+    }
+    // A completion that really failed still fails: the upload is gone before it completes.
+    let data = pattern(12 * MIB, 30);
+    let h = c.create("gone", true).unwrap();
+    h.write_all_at(0, &data).unwrap();
+    proxy.fault_on("reset", 1000, "&method=POST&query=uploadId");
+    let e = h.fsync().expect_err("no completion got through");
+    eprintln!("fsync with every completion cut: {e}");
+    assert!(!server.object_path("gone").exists());
+    assert_eq!(c.backing().stats().completions_confirmed, 2);
+    proxy.fault("none", 0);
+    h.fsync().unwrap();
+    assert_eq!(std::fs::read(server.object_path("gone")).unwrap(), data);
 }
 
 #[test]

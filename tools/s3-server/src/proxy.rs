@@ -73,6 +73,9 @@ pub enum FaultMode {
     Truncate,
     /// Close the connection without answering (the request is not forwarded).
     Reset,
+    /// Forward, wait for the server's answer, then close the connection without passing it
+    /// on: the server acted but the client never learns it did (a reply lost on the way).
+    Lost,
 }
 
 impl FaultMode {
@@ -82,6 +85,7 @@ impl FaultMode {
             "503" | "slowdown" => Some(Self::SlowDown),
             "truncate" => Some(Self::Truncate),
             "reset" => Some(Self::Reset),
+            "lost" => Some(Self::Lost),
             _ => None,
         }
     }
@@ -92,6 +96,7 @@ impl FaultMode {
             Self::SlowDown => "503",
             Self::Truncate => "truncate",
             Self::Reset => "reset",
+            Self::Lost => "lost",
         }
     }
 }
@@ -102,6 +107,8 @@ struct Fault {
     remaining: u64,
     /// Only requests with this method are hit (None: all).
     method: Option<Method>,
+    /// Only requests whose query string contains this are hit (None: all).
+    query: Option<String>,
 }
 
 #[derive(Debug, Default)]
@@ -135,13 +142,19 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl State {
-    /// Take one fault of `mode` for a request with `method`, if armed.
-    fn take_fault(&self, method: &Method, modes: &[FaultMode]) -> Option<FaultMode> {
+    /// Take one fault of `mode` for a request with `method` and `query`, if armed.
+    fn take_fault(&self, method: &Method, query: &str, modes: &[FaultMode]) -> Option<FaultMode> {
         let mut f = lock(&self.fault);
         if !modes.contains(&f.mode) || f.remaining == 0 {
             return None;
         }
         if f.method.as_ref().is_some_and(|m| m != method) {
+            return None;
+        }
+        if f.query
+            .as_ref()
+            .is_some_and(|q| !query.contains(q.as_str()))
+        {
             return None;
         }
         let mode = f.mode;
@@ -191,6 +204,7 @@ impl State {
                 "mode": f.mode.name(),
                 "remaining": f.remaining,
                 "method": f.method.as_ref().map(Method::as_str),
+                "query": f.query,
             },
             "delay_ms": net.delay.as_secs_f64() * 1000.0,
             "bandwidth_mbps": net.bytes_per_sec * 8.0 / 1e6,
@@ -259,6 +273,7 @@ pub async fn start(opts: ProxyOptions) -> anyhow::Result<Proxy> {
             mode: FaultMode::None,
             remaining: 0,
             method: None,
+            query: None,
         }),
         stats: Mutex::new(Stats::default()),
     });
@@ -402,12 +417,18 @@ async fn proxy_request(
     if !delay.is_zero() {
         tokio::time::sleep(delay).await;
     }
-    match state.take_fault(&method, &[FaultMode::SlowDown, FaultMode::Reset]) {
+    let query = req.uri().query().unwrap_or("").to_owned();
+    let fault = state.take_fault(
+        &method,
+        &query,
+        &[FaultMode::SlowDown, FaultMode::Reset, FaultMode::Lost],
+    );
+    match fault {
         Some(FaultMode::SlowDown) => return Ok(slow_down()),
         // An error from the service makes hyper close the connection
         // without writing a response.
-        Some(_) => return Err(InjectedReset),
-        None => {}
+        Some(FaultMode::Reset) => return Err(InjectedReset),
+        _ => {}
     }
 
     let (mut parts, body) = req.into_parts();
@@ -442,6 +463,12 @@ async fn proxy_request(
         }
     };
 
+    if fault == Some(FaultMode::Lost) {
+        // The server has answered: read its answer to the end (so that it has finished
+        // acting), then drop it with the connection.
+        let _ = resp.into_body().collect().await;
+        return Err(InjectedReset);
+    }
     let (mut parts, body) = resp.into_parts();
     strip_hop_by_hop(&mut parts.headers);
     let content_length: Option<u64> = parts
@@ -455,7 +482,10 @@ async fn proxy_request(
         && content_length != Some(0);
     // Truncation budget: half of the body (of the first frame when the
     // length is not announced).
-    let truncate = has_body && state.take_fault(&method, &[FaultMode::Truncate]).is_some();
+    let truncate = has_body
+        && state
+            .take_fault(&method, &query, &[FaultMode::Truncate])
+            .is_some();
     let budget = if truncate {
         Some(content_length.map(|n| n / 2))
     } else {
@@ -556,7 +586,7 @@ fn control_request(state: &State, req: Request<Incoming>) -> Response<ProxyBody>
             let mode_str = params.get("mode").map_or("none", String::as_str);
             let Some(mode) = FaultMode::parse(mode_str) else {
                 return bad_request(format!(
-                    "unknown mode {mode_str:?}; expected 503, truncate, reset or none"
+                    "unknown mode {mode_str:?}; expected 503, truncate, reset, lost or none"
                 ));
             };
             let count = match params.get("count").map(|c| c.parse::<u64>()) {
@@ -571,6 +601,7 @@ fn control_request(state: &State, req: Request<Incoming>) -> Response<ProxyBody>
                     Err(_) => return bad_request(format!("invalid method {m:?}")),
                 },
             };
+            let query = params.get("query").cloned();
             {
                 let mut f = lock(&state.fault);
                 if mode == FaultMode::None || count == 0 {
@@ -578,12 +609,14 @@ fn control_request(state: &State, req: Request<Incoming>) -> Response<ProxyBody>
                         mode: FaultMode::None,
                         remaining: 0,
                         method: None,
+                        query: None,
                     };
                 } else {
                     *f = Fault {
                         mode,
                         remaining: count,
                         method,
+                        query,
                     };
                 }
             }
@@ -615,7 +648,7 @@ fn control_request(state: &State, req: Request<Incoming>) -> Response<ProxyBody>
             serde_json::json!({
                 "error": "unknown endpoint",
                 "endpoints": [
-                    "POST /fault?mode=503|truncate|reset|none&count=N[&method=GET]",
+                    "POST /fault?mode=503|truncate|reset|lost|none&count=N[&method=GET][&query=SUBSTRING]",
                     "POST /config?delay_ms=X&bandwidth_mbps=Y",
                     "GET /stats",
                     "POST /stats/reset",

@@ -513,6 +513,20 @@ async fn proxy_faults() {
     assert_eq!(stats["faults_injected"]["reset"], 2, "{stats}");
     assert!(stats["by_method"]["GET"].as_u64().unwrap() >= 5, "{stats}");
 
+    // A lost answer: the server acts, the client hears nothing.
+    let lost = Path::from("f/lost");
+    control(ctl, "POST", "/fault?mode=lost&count=1&method=PUT").await;
+    assert!(no_retry.put(&lost, data.clone().into()).await.is_err());
+    let got = s3.get(&lost).await.unwrap().bytes().await.unwrap();
+    assert_eq!(got.as_ref(), &data[..]);
+    // A fault for requests whose query names `uploadId` spares the others.
+    control(ctl, "POST", "/fault?mode=reset&count=1&query=uploadId").await;
+    no_retry.head(&path).await.unwrap();
+    let (_, stats) = control(ctl, "GET", "/stats").await;
+    assert_eq!(stats["faults_injected"]["lost"], 1, "{stats}");
+    assert_eq!(stats["fault"]["remaining"], 1, "{stats}");
+    assert_eq!(stats["fault"]["query"], "uploadId", "{stats}");
+
     // Clearing, bad input.
     control(ctl, "POST", "/fault?mode=503&count=100").await;
     let (_, stats) = control(ctl, "POST", "/fault?mode=none").await;

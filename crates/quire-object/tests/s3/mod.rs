@@ -185,7 +185,13 @@ impl Proxy {
 
     /// Sends a control request: `POST /fault?mode=…&count=…`.
     pub fn fault(&self, mode: &str, count: u32) {
-        let body = self.control_request("POST", &format!("/fault?mode={mode}&count={count}"));
+        self.fault_on(mode, count, "");
+    }
+
+    /// As [`Proxy::fault`], for the requests `filter` picks (`&method=POST&query=uploadId`).
+    pub fn fault_on(&self, mode: &str, count: u32, filter: &str) {
+        let body =
+            self.control_request("POST", &format!("/fault?mode={mode}&count={count}{filter}"));
         assert!(body.starts_with("HTTP/1.1 2"), "control answered {body}");
     }
 
