@@ -58,7 +58,7 @@ pub struct Counters {
     http_attempts: AtomicU64,
     http_failed: AtomicU64,
     stale: AtomicU64,
-    completions_confirmed: AtomicU64,
+    uploads_confirmed: AtomicU64,
     /// Bytes of upload buffers held now (parts and single PUTs being read or sent), and the
     /// most at once.
     upload_bytes: AtomicU64,
@@ -99,8 +99,8 @@ impl Counters {
         self.stale.fetch_add(1, Ordering::Relaxed);
     }
 
-    pub(crate) fn completion_confirmed(&self) {
-        self.completions_confirmed.fetch_add(1, Ordering::Relaxed);
+    pub(crate) fn upload_confirmed(&self) {
+        self.uploads_confirmed.fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn upload_held(&self, n: u64) {
@@ -124,7 +124,7 @@ impl Counters {
             http_attempts: self.http_attempts.load(Ordering::Relaxed),
             http_failed: self.http_failed.load(Ordering::Relaxed),
             stale: self.stale.load(Ordering::Relaxed),
-            completions_confirmed: self.completions_confirmed.load(Ordering::Relaxed),
+            uploads_confirmed: self.uploads_confirmed.load(Ordering::Relaxed),
             upload_bytes: self.upload_bytes.load(Ordering::Relaxed),
             upload_bytes_max: self.upload_bytes_max.load(Ordering::Relaxed),
             staging_cached_bytes: self.staging_cached.load(Ordering::Relaxed),
@@ -177,10 +177,10 @@ pub struct ObjectStats {
     /// Reads refused because the object changed under an open reader (`ESTALE`), and opens
     /// that found a newer version than the cached one.
     pub stale: u64,
-    /// Multipart uploads whose completion request failed (its answer lost, the upload then
-    /// unknown to the server when asked again) and which a HEAD found complete: the object
-    /// there has the upload's length and part count and is newer than the one it replaced.
-    pub completions_confirmed: u64,
+    /// Uploads that failed (their answer lost, the request sent again refused: a conditional
+    /// PUT's condition no longer met, a multipart upload no longer known) and that a HEAD
+    /// found done all the same: the object there is the upload's.
+    pub uploads_confirmed: u64,
     /// Bytes of upload buffers held now (bounded by the backing's upload budget,
     /// `parts_in_flight` × `part_size`).
     pub upload_bytes: u64,
@@ -223,11 +223,7 @@ impl fmt::Display for ObjectStats {
         writeln!(f, "object_http_failed {}", self.http_failed)?;
         writeln!(f, "object_retries {}", self.retries())?;
         writeln!(f, "object_stale {}", self.stale)?;
-        writeln!(
-            f,
-            "object_completions_confirmed {}",
-            self.completions_confirmed
-        )?;
+        writeln!(f, "object_uploads_confirmed {}", self.uploads_confirmed)?;
         writeln!(f, "object_upload_bytes {}", self.upload_bytes)?;
         writeln!(f, "object_upload_bytes_max {}", self.upload_bytes_max)?;
         writeln!(

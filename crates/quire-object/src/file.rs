@@ -228,36 +228,63 @@ impl std::fmt::Debug for ObjectFile {
     }
 }
 
-/// A multipart upload whose completion is in doubt: what the object must look like if it
-/// completed (see [`FileInner::confirm_completed`]).
-struct Completed {
+/// The MD5 of a PUT's body.
+fn md5_of(payload: &PutPayload) -> [u8; 16] {
+    use md5::Digest as _;
+    let mut h = md5::Md5::new();
+    for chunk in payload {
+        h.update(chunk);
+    }
+    h.finalize().into()
+}
+
+/// An upload whose outcome is in doubt: what the object must look like if the upload took
+/// effect (see [`FileInner::confirm_upload`]).
+struct Uploaded {
     len: u64,
-    parts: usize,
+    kind: UploadKind,
     /// The ETag of the object the upload replaces, if there was one.
     replaced: Option<String>,
     started: std::time::SystemTime,
 }
 
-impl Completed {
+enum UploadKind {
+    /// A single PUT, with its body's MD5: the ETag S3 and GCS give such an object.
+    Put { md5: [u8; 16] },
+    /// A multipart upload of this many parts (S3 names the count in its ETag, `"…-N"`).
+    Multipart { parts: usize },
+}
+
+impl Uploaded {
     fn is(&self, m: &object_store::ObjectMeta) -> bool {
         let Some(tag) = m.e_tag.as_deref() else {
             return false;
         };
-        let parts_ok = match tag.trim_matches('"').rsplit_once('-') {
-            Some((_, n)) if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => {
-                n.parse::<usize>().ok() == Some(self.parts)
+        let bare = tag.trim_matches('"');
+        match self.kind {
+            // Only an MD5 ETag tells: an opaque one (Azure's) could be another writer's
+            // object of the same length, and taking it for ours would drop our data.
+            UploadKind::Put { md5 } => {
+                let hex: String = md5.iter().map(|b| format!("{b:02x}")).collect();
+                m.size == self.len && bare.eq_ignore_ascii_case(&hex)
             }
-            _ => true,
-        };
-        let skew = Duration::from_secs(15 * 60);
-        let since = self.started - skew;
-        let since = since
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs() as i64);
-        m.size == self.len
-            && self.replaced.as_deref() != Some(tag)
-            && parts_ok
-            && m.last_modified.timestamp() >= since
+            UploadKind::Multipart { parts } => {
+                let parts_ok = match bare.rsplit_once('-') {
+                    Some((_, n)) if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => {
+                        n.parse::<usize>().ok() == Some(parts)
+                    }
+                    _ => true,
+                };
+                let skew = Duration::from_secs(15 * 60);
+                let since = (self.started - skew)
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs() as i64);
+                m.size == self.len
+                    && self.replaced.as_deref() != Some(tag)
+                    && parts_ok
+                    && m.last_modified.timestamp() >= since
+            }
+        }
     }
 }
 
@@ -642,6 +669,8 @@ impl FileInner {
         };
         let payload = PutPayload::from(data);
         let conditional = matches!(opts.mode, PutMode::Update(_));
+        let overwrite = matches!(opts.mode, PutMode::Overwrite);
+        let started = std::time::SystemTime::now();
         let r = match self
             .backing
             .store
@@ -655,6 +684,19 @@ impl FileInner {
                     .store
                     .put_opts(&self.key, payload, PutOptions::default())
                     .await
+            }
+            // A conditional PUT's answer lost and the PUT sent again: the second fails the
+            // condition the first one met.
+            Err(e) if !overwrite => {
+                let done = Uploaded {
+                    len,
+                    kind: UploadKind::Put {
+                        md5: md5_of(&payload),
+                    },
+                    replaced: remote.and_then(|v| v.e_tag),
+                    started,
+                };
+                self.confirm_upload(&done, &e).await.ok_or(e)
             }
             r => r,
         }
@@ -762,13 +804,13 @@ impl FileInner {
                 let r = match upload.complete().await {
                     Ok(r) => r,
                     Err(e) => {
-                        let done = Completed {
+                        let done = Uploaded {
                             len,
-                            parts,
+                            kind: UploadKind::Multipart { parts },
                             replaced: remote.and_then(|v| v.e_tag),
                             started,
                         };
-                        let r = self.confirm_completed(&done, &e).await;
+                        let r = self.confirm_upload(&done, &e).await;
                         r.ok_or_else(|| store_error(Op::Write, 0, &e))?
                     }
                 };
@@ -782,25 +824,28 @@ impl FileInner {
         }
     }
 
-    /// After a completion request failed: whether the upload completed all the same, asked
-    /// with a HEAD. A completion's answer can be lost (a timeout, a dropped connection) after
-    /// the server acted; the client then asks again and the server, which no longer knows the
-    /// upload, refuses (S3: `NoSuchUpload`; some servers: `AccessDenied`). Where the server
-    /// answered so, an earlier attempt may still be assembling the object: the HEAD is repeated,
-    /// with backoff, for up to the backing's retry timeout. The object counts as this upload's
-    /// if it has the upload's length, its ETag differs from the replaced object's, a multipart
-    /// ETag (`"…-N"`) names the upload's part count, and it is no older than the upload (less
-    /// 15 minutes of clock skew). A writer that put an object so alike in that window is not
-    /// told apart, as with the HEAD before completing.
-    async fn confirm_completed(
+    /// After an upload failed: whether it took effect all the same, asked with a HEAD. An
+    /// answer can be lost (a timeout, a dropped connection) after the server acted; the client
+    /// asks again and the server refuses what it already did. A conditional PUT asked again
+    /// fails its own condition (`412`, or "already exists" for a create-only one); a
+    /// multipart completion asked again names an upload the server no longer knows (S3:
+    /// `NoSuchUpload`; some servers: `AccessDenied`), and an earlier attempt may still be
+    /// assembling the object, so there the HEAD is repeated, with backoff, for up to the
+    /// backing's retry timeout. What counts as this upload's object: [`Uploaded::is`] — a
+    /// single PUT's by its body's MD5; a multipart upload's by its length, its part count
+    /// where the ETag names one, an ETag other than the replaced object's and a time no older
+    /// than the upload (less 15 minutes of clock skew), which a writer that put an object so
+    /// alike in that window would also pass, as it would the HEAD before completing.
+    async fn confirm_upload(
         &self,
-        done: &Completed,
+        done: &Uploaded,
         e: &object_store::Error,
     ) -> Option<object_store::PutResult> {
-        let unknown = matches!(
-            e,
-            object_store::Error::NotFound { .. } | object_store::Error::PermissionDenied { .. }
-        );
+        let again = matches!(done.kind, UploadKind::Multipart { .. })
+            && matches!(
+                e,
+                object_store::Error::NotFound { .. } | object_store::Error::PermissionDenied { .. }
+            );
         let until = std::time::Instant::now() + self.backing.config.retry_timeout;
         let mut wait = self
             .backing
@@ -810,7 +855,7 @@ impl FileInner {
         loop {
             if let Ok(m) = self.backing.store.head(&self.key).await {
                 if done.is(&m) {
-                    self.backing.counters.completion_confirmed();
+                    self.backing.counters.upload_confirmed();
                     return Some(object_store::PutResult {
                         e_tag: m.e_tag,
                         version: m.version,
@@ -818,7 +863,7 @@ impl FileInner {
                     });
                 }
             }
-            if !unknown || std::time::Instant::now() + wait > until {
+            if !again || std::time::Instant::now() + wait > until {
                 return None;
             }
             tokio::time::sleep(wait).await;

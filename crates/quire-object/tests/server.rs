@@ -1,7 +1,7 @@
 //! The object cache against a real S3-protocol server (the project's `quire-s3-server`, on
 //! 127.0.0.1), directly and through the fault-injecting proxy: round trips, multipart,
 //! consistency, 503s retried, a truncated body is `EIO`, the server stopped in the middle of a
-//! multipart upload and restarted, a completion whose answer is lost, a wrong credential.
+//! multipart upload and restarted, a PUT or a completion whose answer is lost, a wrong credential.
 
 mod common;
 mod s3;
@@ -211,7 +211,7 @@ fn a_multipart_completion_whose_answer_is_lost_is_confirmed_not_failed() {
         assert_eq!(std::fs::read(server.object_path(key)).unwrap(), data);
         let s = c.backing().stats();
         assert_eq!(s.requests(Request::Part), 3 * (i as u64 + 1), "{s}");
-        assert_eq!(s.completions_confirmed, i as u64 + 1, "{s}");
+        assert_eq!(s.uploads_confirmed, i as u64 + 1, "{s}");
     }
     // A completion that really failed still fails: the upload is gone before it completes.
     let data = pattern(12 * MIB, 30);
@@ -221,10 +221,46 @@ fn a_multipart_completion_whose_answer_is_lost_is_confirmed_not_failed() {
     let e = h.fsync().expect_err("no completion got through");
     eprintln!("fsync with every completion cut: {e}");
     assert!(!server.object_path("gone").exists());
-    assert_eq!(c.backing().stats().completions_confirmed, 2);
+    assert_eq!(c.backing().stats().uploads_confirmed, 2);
     proxy.fault("none", 0);
     h.fsync().unwrap();
     assert_eq!(std::fs::read(server.object_path("gone")).unwrap(), data);
+}
+
+#[test]
+fn a_put_whose_answer_is_lost_is_confirmed_not_failed() {
+    let Some(server) = Server::start() else {
+        return;
+    };
+    let Some(proxy) = Proxy::start(server.port, 0) else {
+        return;
+    };
+    let c = cache(config(&proxy.endpoint()), 16 * MIB);
+    for i in 0..2u64 {
+        // Created, then replaced: each PUT conditional (create-only, then If-Match).
+        let data = pattern(MIB + 11, 40 + i);
+        let h = c.create("small", true).unwrap();
+        h.write_all_at(0, &data).unwrap();
+        proxy.fault_on("lost", 1, "&method=PUT");
+        h.fsync().unwrap();
+        h.close().unwrap();
+        assert_eq!(std::fs::read(server.object_path("small")).unwrap(), data);
+        assert_eq!(c.backing().stats().uploads_confirmed, i + 1);
+    }
+    // Another writer's object in between is not taken for ours: the create fails.
+    let h = c.create("taken", true).unwrap();
+    h.write_all_at(0, &pattern(MIB, 50)).unwrap();
+    let other = cache(config(&server.endpoint()), MIB);
+    let o = other.create("taken", true).unwrap();
+    o.write_all_at(0, &pattern(MIB, 51)).unwrap();
+    o.close().unwrap();
+    let e = h.fsync().expect_err("another writer created it first");
+    assert_eq!(errno(&e), libc::EEXIST, "{e}");
+    assert_eq!(
+        std::fs::read(server.object_path("taken")).unwrap(),
+        pattern(MIB, 51)
+    );
+    assert_eq!(c.backing().stats().uploads_confirmed, 2);
 }
 
 #[test]
