@@ -243,16 +243,18 @@ fn md5_of(payload: &PutPayload) -> [u8; 16] {
 struct Uploaded {
     len: u64,
     kind: UploadKind,
-    /// The ETag of the object the upload replaces, if there was one.
-    replaced: Option<String>,
-    started: std::time::SystemTime,
 }
 
 enum UploadKind {
     /// A single PUT, with its body's MD5: the ETag S3 and GCS give such an object.
     Put { md5: [u8; 16] },
-    /// A multipart upload of this many parts (S3 names the count in its ETag, `"…-N"`).
-    Multipart { parts: usize },
+    /// A multipart upload of this many parts (S3 names the count in its ETag, `"…-N"`),
+    /// replacing the object of ETag `replaced` (if any), started at `started`.
+    Multipart {
+        parts: usize,
+        replaced: Option<String>,
+        started: std::time::SystemTime,
+    },
 }
 
 impl Uploaded {
@@ -261,26 +263,30 @@ impl Uploaded {
             return false;
         };
         let bare = tag.trim_matches('"');
-        match self.kind {
+        match &self.kind {
             // Only an MD5 ETag tells: an opaque one (Azure's) could be another writer's
             // object of the same length, and taking it for ours would drop our data.
             UploadKind::Put { md5 } => {
                 let hex: String = md5.iter().map(|b| format!("{b:02x}")).collect();
                 m.size == self.len && bare.eq_ignore_ascii_case(&hex)
             }
-            UploadKind::Multipart { parts } => {
+            UploadKind::Multipart {
+                parts,
+                replaced,
+                started,
+            } => {
                 let parts_ok = match bare.rsplit_once('-') {
                     Some((_, n)) if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => {
-                        n.parse::<usize>().ok() == Some(parts)
+                        n.parse::<usize>().ok() == Some(*parts)
                     }
                     _ => true,
                 };
                 let skew = Duration::from_secs(15 * 60);
-                let since = (self.started - skew)
+                let since = (*started - skew)
                     .duration_since(std::time::UNIX_EPOCH)
                     .map_or(0, |d| d.as_secs() as i64);
                 m.size == self.len
-                    && self.replaced.as_deref() != Some(tag)
+                    && replaced.as_deref() != Some(tag)
                     && parts_ok
                     && m.last_modified.timestamp() >= since
             }
@@ -670,7 +676,6 @@ impl FileInner {
         let payload = PutPayload::from(data);
         let conditional = matches!(opts.mode, PutMode::Update(_));
         let overwrite = matches!(opts.mode, PutMode::Overwrite);
-        let started = std::time::SystemTime::now();
         let r = match self
             .backing
             .store
@@ -693,8 +698,6 @@ impl FileInner {
                     kind: UploadKind::Put {
                         md5: md5_of(&payload),
                     },
-                    replaced: remote.and_then(|v| v.e_tag),
-                    started,
                 };
                 self.confirm_upload(&done, &e).await.ok_or(e)
             }
@@ -806,9 +809,11 @@ impl FileInner {
                     Err(e) => {
                         let done = Uploaded {
                             len,
-                            kind: UploadKind::Multipart { parts },
-                            replaced: remote.and_then(|v| v.e_tag),
-                            started,
+                            kind: UploadKind::Multipart {
+                                parts,
+                                replaced: remote.and_then(|v| v.e_tag),
+                                started,
+                            },
                         };
                         let r = self.confirm_upload(&done, &e).await;
                         r.ok_or_else(|| store_error(Op::Write, 0, &e))?
