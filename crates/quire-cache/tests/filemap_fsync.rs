@@ -1,16 +1,17 @@
 //! `fsync` against a flusher that never rests: every byte written before an `fsync` must be in
 //! the store's synced image when it returns, also when the flusher took the folio for write-back
 //! just as `fsync` looked for dirty folios (a write-back `fsync` neither writes nor waits for is
-//! data a crash loses).
+//! data a crash loses). And `sync_all` (`fsync` where `fsync` here is `fdatasync`): one store
+//! call, its failure heard by every handle.
 
 mod common;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use quire::filemap::{CacheConfig, PageCache};
-use quire::store::MemStore;
+use quire::filemap::{CacheConfig, FilemapError, PageCache};
+use quire::store::{Fault, FaultyStore, MemStore, Result as StoreResult, Store};
 
 use common::{Rng, StopOnDrop, Watchdog, PAGE};
 
@@ -74,4 +75,86 @@ fn fsync_returns_only_after_every_earlier_write_is_synced() {
         }
         stop.store(true, Ordering::Relaxed);
     });
+}
+
+/// A store that counts its two syncs apart.
+struct SyncCounting {
+    inner: MemStore,
+    syncs: AtomicU64,
+    syncs_all: AtomicU64,
+}
+
+impl Store for SyncCounting {
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> StoreResult<usize> {
+        self.inner.read_at(offset, buf)
+    }
+    fn write_at(&self, offset: u64, buf: &[u8]) -> StoreResult<usize> {
+        self.inner.write_at(offset, buf)
+    }
+    fn sync(&self) -> StoreResult<()> {
+        self.syncs.fetch_add(1, Ordering::Relaxed);
+        self.inner.sync()
+    }
+    fn sync_all(&self) -> StoreResult<()> {
+        self.syncs_all.fetch_add(1, Ordering::Relaxed);
+        self.inner.sync()
+    }
+    fn len(&self) -> StoreResult<u64> {
+        self.inner.len()
+    }
+    fn set_len(&self, len: u64) -> StoreResult<()> {
+        self.inner.set_len(len)
+    }
+}
+
+#[test]
+fn sync_all_syncs_the_store_once_with_its_metadata_and_fsync_only_its_data() {
+    let cache = PageCache::new(CacheConfig::new(1 << 20)).unwrap();
+    let store = Arc::new(SyncCounting {
+        inner: MemStore::from_vec(vec![0; PAGES * PAGE]),
+        syncs: AtomicU64::new(0),
+        syncs_all: AtomicU64::new(0),
+    });
+    let f = cache.open(store.clone()).unwrap();
+    let counts = || {
+        (
+            store.syncs.load(Ordering::Relaxed),
+            store.syncs_all.load(Ordering::Relaxed),
+        )
+    };
+
+    f.write_at(PAGE as u64 + 7, b"all").unwrap();
+    f.sync_all().unwrap();
+    // One store call: the data and the other metadata together, never a data sync before it.
+    assert_eq!(counts(), (0, 1));
+    assert_eq!(&store.inner.synced_contents()[PAGE + 7..PAGE + 10], b"all");
+
+    f.write_at(3 * PAGE as u64, b"data").unwrap();
+    f.fsync().unwrap();
+    assert_eq!(counts(), (1, 1));
+    assert_eq!(
+        &store.inner.synced_contents()[3 * PAGE..3 * PAGE + 4],
+        b"data"
+    );
+}
+
+#[test]
+fn a_failed_sync_all_is_reported_to_every_handle_once() {
+    let cache = PageCache::new(CacheConfig::new(1 << 20)).unwrap();
+    let store = Arc::new(FaultyStore::new(MemStore::from_vec(vec![0; PAGES * PAGE])));
+    let f = cache.open(store.clone()).unwrap();
+    let g = f.reopen();
+    f.write_at(0, b"lost?").unwrap();
+    store.add(Fault::sync_error());
+    assert!(
+        f.sync_all().is_err(),
+        "the store's failed fsync is this call's error"
+    );
+    // The other handle hears of it at its next sync, once; the fault fired once.
+    assert!(matches!(
+        g.fsync(),
+        Err(FilemapError::Writeback { errno: 5 })
+    ));
+    g.fsync().unwrap();
+    f.sync_all().unwrap();
 }

@@ -127,6 +127,10 @@ impl Store for Backing {
         self.store.sync()
     }
 
+    fn sync_all(&self) -> store::Result<()> {
+        self.store.sync_all()
+    }
+
     fn len(&self) -> store::Result<u64> {
         self.store.len()
     }

@@ -634,12 +634,14 @@ impl Serve for QuireFs {
         let s = &self.state;
         s.counters.op(Op::Fsync);
         let h = s.handle(fh)?;
-        h.cf.fsync().map_err(|e| errno::of_filemap(&e))?;
-        if !datasync {
-            // fdatasync (the store's sync) leaves other metadata (times, owner) unsynced.
-            rustix::fs::fsync(h.file.backing.fd()).map_err(errno::of_sys)?;
-        }
-        Ok(())
+        // fdatasync, or fsync with the other metadata (times, owner) in the same backing call:
+        // fsync after fdatasync would flush the device twice.
+        let synced = if datasync {
+            h.cf.fsync()
+        } else {
+            h.cf.sync_all()
+        };
+        synced.map_err(|e| errno::of_filemap(&e))
     }
 
     fn opendir(&self, ino: INodeNo, _flags: OpenFlags) -> R<Open> {

@@ -386,6 +386,11 @@ impl<S: Store> Store for FaultyStore<S> {
         self.inner.sync()
     }
 
+    fn sync_all(&self) -> Result<()> {
+        self.fire_whole(Op::Sync, |f| f.syncs)?;
+        self.inner.sync_all()
+    }
+
     fn len(&self) -> Result<u64> {
         self.inner.len()
     }

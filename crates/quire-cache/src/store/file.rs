@@ -200,6 +200,11 @@ impl Store for FileStore {
         restart(Op::Sync, 0, || fs::fdatasync(&self.fd))
     }
 
+    /// `fsync`: the data, the length and the other metadata (times, owner, mode).
+    fn sync_all(&self) -> Result<()> {
+        restart(Op::Sync, 0, || fs::fsync(&self.fd))
+    }
+
     fn len(&self) -> Result<u64> {
         let st = fs::fstat(&self.fd).map_err(|e| StoreError::errno(Op::Len, 0, e))?;
         Ok(st.st_size as u64)

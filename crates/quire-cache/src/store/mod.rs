@@ -254,7 +254,16 @@ pub trait Store: Send + Sync {
     fn write_at(&self, offset: u64, buf: &[u8]) -> Result<usize>;
 
     /// Makes every completed write (and length change) durable.
+    #[doc(alias = "fdatasync")]
     fn sync(&self) -> Result<()>;
+
+    /// [`Store::sync`], and the store's other metadata (times, owner, mode) durable too: what
+    /// `fsync` is to `fdatasync`, in one call (a second sync after the first would pay the
+    /// device's flush twice). By default, [`Store::sync`]: a store without such metadata.
+    #[doc(alias = "fsync")]
+    fn sync_all(&self) -> Result<()> {
+        self.sync()
+    }
 
     /// The store's length in bytes.
     fn len(&self) -> Result<u64>;
@@ -378,6 +387,9 @@ macro_rules! forward_store {
             }
             fn sync(&self) -> Result<()> {
                 (**self).sync()
+            }
+            fn sync_all(&self) -> Result<()> {
+                (**self).sync_all()
             }
             fn len(&self) -> Result<u64> {
                 (**self).len()

@@ -152,6 +152,9 @@ impl<S: Store> Store for CountingStore<S> {
     fn sync(&self) -> StoreResult<()> {
         self.inner.sync()
     }
+    fn sync_all(&self) -> StoreResult<()> {
+        self.inner.sync_all()
+    }
     fn len(&self) -> StoreResult<u64> {
         self.inner.len()
     }
