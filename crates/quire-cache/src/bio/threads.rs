@@ -122,7 +122,7 @@ fn worker(shared: &Shared, counters: &Counters) {
 
 /// Runs one request to its end with blocking calls. A store that panics loses the request:
 /// its `BioEnd` is dropped unrun, which releases what it held.
-fn run(bio: Bio, counters: &Counters) {
+pub(super) fn run(bio: Bio, counters: &Counters) {
     let mut inf = InFlight::new(bio);
     let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         transfer(&mut inf, counters)

@@ -74,6 +74,8 @@ impl Mapping {
         let mut batch = Vec::new();
         let mut merging: Option<WbMerge> = None;
         let mut first_err = None;
+        // Whether any request went to the engine (see the end).
+        let submitted = std::cell::Cell::new(false);
         // Before this call sleeps (for a folio's lock or write-back), what it has batched goes
         // to the engine, as the kernel flushes a task's plug when it schedules: each request
         // holds a share of `store_len`, and the folio it waits for may be held by a writer
@@ -83,6 +85,7 @@ impl Mapping {
                 batch.push(self.merged_bio(m, &me, &inflight));
             }
             if !batch.is_empty() {
+                submitted.set(true);
                 self.cache.bio.submit(std::mem::take(batch));
             }
         };
@@ -126,6 +129,7 @@ impl Mapping {
                     if let Some(m) = merging.replace(WbMerge::new(piece)) {
                         batch.push(self.merged_bio(m, &me, &inflight));
                         if batch.len() >= WB_BATCH {
+                            submitted.set(true);
                             self.cache.bio.submit(std::mem::take(&mut batch));
                         }
                     }
@@ -144,7 +148,14 @@ impl Mapping {
         if let Some(m) = merging.take() {
             batch.push(self.merged_bio(m, &me, &inflight));
         }
-        self.cache.bio.submit(batch);
+        if wait && !submitted.get() && batch.len() == 1 {
+            // The whole write-back is one request (adjacent dirty pages: a log's append) that
+            // this call would sleep on: it runs here, sparing the engine's thread and the two
+            // wake-ups (the `fsync` after each commit of a database's log).
+            self.cache.bio.run_here(batch.pop().expect("one request"));
+        } else {
+            self.cache.bio.submit(batch);
+        }
         // This call's requests end before it returns, with or without `wait`: the flusher's
         // passes then pace writers at the dirty limit by write-back actually done. Folios a
         // failed merged request did not reach are tried again one by one.
