@@ -36,6 +36,10 @@
 //!   each); `mb_per_s`.
 //! - `seqwrite-fsync`: new files written in 1 MiB writes and synced (`end_fsync`), per job;
 //!   `mb_per_s` of the whole, from the wall-clock time of the fio run.
+//! - `wal-append`: a database's log: a new file per job appended in 8 KiB writes, each followed
+//!   by `fdatasync` (fio `--fdatasync=1`), for the run time or `write_per_job` bytes; `iops`
+//!   (appends per second, their syncs included) and `sync_us`, the mean `fdatasync`. Compared
+//!   with `kernel` as well: what the mount costs a commit.
 //! - `stat-storm`: `statx` of every file of a tree (50 000 files; 10 000 with `--quick`), split
 //!   among the threads: `cold` (fresh mount; for `kernel`, dentries and inodes dropped with
 //!   `drop_caches=2`) and then `warm` (the same again at once); `stats_per_s`.
@@ -68,7 +72,7 @@ pub const SUITE: Suite = Suite {
     name: "fuse",
     about: "a FUSE mount through quire vs passthrough, kernel FUSE cache, no FUSE, empty (fio)",
     variants: &VARIANTS,
-    steps: |_| (FIO_VARIANTS.len() * 5 + programs::STEPS) as u64,
+    steps: |_| (FIO_VARIANTS.len() * 6 + programs::STEPS) as u64,
     run,
 };
 
@@ -207,9 +211,18 @@ fn run(b: &mut Bench) -> anyhow::Result<()> {
 
 /// The fio cases and the stat walk.
 fn fio_cases(b: &mut Bench, env: &mut Env) -> anyhow::Result<()> {
-    for case in ["hot-randread", "zipf-randread", "seqread", "seqwrite-fsync"] {
+    for case in [
+        "hot-randread",
+        "zipf-randread",
+        "seqread",
+        "seqwrite-fsync",
+        "wal-append",
+    ] {
         b.compare(case, "passthrough", "quire");
         b.compare(case, "quire-classic", "quire");
+        if case == "wal-append" {
+            b.compare(case, "kernel", "quire");
+        }
         for v in FIO_VARIANTS {
             if !b.wants(v) {
                 continue;
@@ -449,6 +462,8 @@ pub(super) struct FioResult {
     pub(super) ios: f64,
     /// How long the job ran, in seconds (fio's `runtime`).
     pub(super) runtime_s: f64,
+    /// The mean latency of the job's `fsync`/`fdatasync` calls in µs (0 with none).
+    pub(super) sync_us: f64,
 }
 
 /// Runs fio with `args` (in `group` if given); parses its JSON report.
@@ -490,6 +505,10 @@ pub(super) fn fio(
         bytes: job["io_bytes"].as_f64().unwrap_or(0.0),
         ios: job["total_ios"].as_f64().unwrap_or(0.0),
         runtime_s: job["runtime"].as_f64().unwrap_or(0.0) / 1000.0,
+        sync_us: v["jobs"][0]["sync"]["lat_ns"]["mean"]
+            .as_f64()
+            .unwrap_or(0.0)
+            / 1000.0,
     })
 }
 
@@ -666,6 +685,29 @@ impl Env {
                         r.bytes / secs / (1 << 20) as f64,
                         "MiB/s",
                     );
+                    for e in fs::read_dir(&wdir)? {
+                        fs::remove_file(e?.path())?;
+                    }
+                }
+                "wal-append" => {
+                    let wdir = dir.join("w");
+                    for e in fs::read_dir(&wdir)? {
+                        fs::remove_file(e?.path())?;
+                    }
+                    let r = fio(
+                        &common(&[
+                            &format!("--directory={}", wdir.display()),
+                            "--rw=write",
+                            "--bs=8k",
+                            &format!("--size={}", self.sz.write_per_job),
+                            &format!("--runtime={rt}"),
+                            "--fdatasync=1",
+                        ]),
+                        fio_group,
+                        true,
+                    )?;
+                    b.record(case, variant, jobs, "iops", r.iops, "1/s");
+                    b.record(case, variant, jobs, "sync_us", r.sync_us, "us");
                     for e in fs::read_dir(&wdir)? {
                         fs::remove_file(e?.path())?;
                     }

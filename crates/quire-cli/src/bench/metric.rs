@@ -34,9 +34,8 @@ impl Better {
             // What a reader keeps of its throughput beside other work on the cache.
             "iops_share_unmonitored" => Higher,
             // Time per unit of work.
-            "ns_per_op" | "ns_per_page" | "ns_per_test" | "ns_per_stats" | "lat_us" | "seconds" => {
-                Lower
-            }
+            "ns_per_op" | "ns_per_page" | "ns_per_test" | "ns_per_stats" | "lat_us" | "sync_us"
+            | "seconds" => Lower,
             // Work or waiting per unit of work: each is overhead the "after" variant removes.
             "ctx_switches_per_op"
             | "ctx_switches_per_walk"
