@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use quire::filemap::{CacheConfig, FilemapError, PageCache};
-use quire::store::{Fault, FaultyStore, MemStore, Result as StoreResult, Store};
+use quire::store::{Fault, FaultyStore, FileStore, IoMode, MemStore, Result as StoreResult, Store};
 
 use common::{Rng, StopOnDrop, Watchdog, PAGE};
 
@@ -220,5 +220,36 @@ fn an_fsync_whose_write_back_is_one_request_writes_on_its_own_thread() {
     let synced = store.inner.synced_contents();
     for page in [0, 2, 4, 6] {
         assert_eq!(&synced[page * PAGE..page * PAGE + 16], &[9; 16]);
+    }
+}
+
+#[test]
+fn an_fsync_of_adjacent_pages_on_a_file_store_writes_them_whole() {
+    // Run on the calling thread with the store's descriptor: one vectored write of the
+    // merged pages, at whatever offset they start, direct I/O where the file system has it.
+    let dir = tempfile::tempdir().unwrap();
+    for mode in [IoMode::Buffered, IoMode::PreferDirect] {
+        let path = dir.path().join(format!("{mode:?}"));
+        let cache = PageCache::new(CacheConfig::new(1 << 20)).unwrap();
+        let f = cache
+            .open(Arc::new(FileStore::create(&path, mode).unwrap()))
+            .unwrap();
+        let mut want = vec![0u8; 3 * PAGE];
+        f.write_at(0, &want).unwrap();
+        f.fsync().unwrap();
+        // Sixteen pages from the middle of one, past the file's end: one merged request.
+        let mut rng = Rng(11);
+        let data: Vec<u8> = (0..16 * PAGE).map(|_| rng.below(256) as u8).collect();
+        let at = 2 * PAGE + 100;
+        f.write_at(at as u64, &data).unwrap();
+        f.fsync().unwrap();
+        want.resize(at + data.len(), 0);
+        want[at..].copy_from_slice(&data);
+        assert_eq!(std::fs::read(&path).unwrap(), want, "{mode:?}");
+        // And again over what is there, pages in the middle only.
+        f.write_at(5 * PAGE as u64, &[0xAB; 3 * PAGE]).unwrap();
+        f.fsync().unwrap();
+        want[5 * PAGE..8 * PAGE].fill(0xAB);
+        assert_eq!(std::fs::read(&path).unwrap(), want, "{mode:?}");
     }
 }

@@ -402,7 +402,8 @@ impl Files {
         }
     }
 
-    /// Writes back every file and syncs every backing file; returns the first error.
+    /// Writes back every file and syncs every backing file's data and length (`fdatasync`,
+    /// [`CachedFile::fsync`](quire::filemap::CachedFile::fsync)); returns the first error.
     pub fn sync_all(&self) -> Result<(), FilemapError> {
         let files: Vec<Arc<FileData>> = self.map.lock().values().cloned().collect();
         let mut first = None;

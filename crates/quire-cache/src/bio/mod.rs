@@ -122,7 +122,8 @@ pub struct EngineStats {
     /// Requests submitted (each counted once, however often it was resubmitted).
     pub submitted: u64,
     /// Submissions to the kernel (`io_uring_enter` calls that submitted requests); with
-    /// threads, batches handed to the queue.
+    /// threads, batches handed to the queue; and each request run on the thread that waits for
+    /// it (a write-back of one request that an `fsync` waits on).
     pub batches: u64,
     /// Resubmissions after a short transfer or `EINTR`/`EAGAIN`.
     pub resubmitted: u64,
@@ -563,10 +564,20 @@ impl Engine {
     /// engine's: for a lone request the caller would only sleep on until it ends (an `fsync`
     /// of a few adjacent pages), where handing it to the engine costs two thread wake-ups (the
     /// engine's, then the caller's) and the switches, more than the request itself saves.
+    /// A store with a descriptor gets what the ring would do (one vectored call for a merged
+    /// write-back), others their `write_at`/`read_at` per piece as on the engine's threads.
     pub(crate) fn run_here(&self, bio: Bio) {
         self.counters.batches.fetch_add(1, Ordering::Relaxed);
         self.counters.started(1);
-        threads::run(bio, &self.counters);
+        // An `end_io` that panics is contained as on the engine's threads: the request's
+        // end, dropped unrun, releases what it held, and the caller's wait sees it end.
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            if bio.end.store().io_fd().is_some() {
+                threads::run_on_fd(bio, &self.counters);
+            } else {
+                threads::run(bio, &self.counters);
+            }
+        }));
     }
 
     /// Submits `bios` as one batch and returns without waiting for them (except where the queue

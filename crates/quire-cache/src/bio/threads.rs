@@ -133,6 +133,61 @@ pub(super) fn run(bio: Bio, counters: &Counters) {
     }
 }
 
+/// Runs one request to its end with blocking calls on the store's descriptor
+/// ([`Store::io_fd`](crate::store::Store::io_fd)), as the ring would run it: one `pwritev` or
+/// `preadv` of what is left of every piece (a merged write-back is one call, not one
+/// `write_at` per folio), `io_fd_written` left to the request's end as after the ring.
+pub(super) fn run_on_fd(bio: Bio, counters: &Counters) {
+    let mut inf = InFlight::new(bio);
+    let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        transfer_on_fd(&mut inf, counters)
+    }));
+    counters.ended(!matches!(res, Ok(Ok(()))));
+    if let Ok(res) = res {
+        inf.finish(res);
+    }
+}
+
+fn transfer_on_fd(inf: &mut InFlight, counters: &Counters) -> Result<(), StoreError> {
+    use std::os::fd::AsRawFd;
+    loop {
+        let offset = inf.rest_iov();
+        let fd = inf
+            .bio
+            .end
+            .store()
+            .io_fd()
+            .expect("run_on_fd: a store with a descriptor")
+            .as_raw_fd();
+        let (iov, n) = (inf.iov.as_ptr(), inf.iov.len() as libc::c_int);
+        // SAFETY: the iovecs cover what is left of the request's frame memory, which its
+        // `BioEnd` keeps for it (locked, or under write-back) and nothing else writes while it
+        // runs (a write only reads it); the descriptor is the store's, which the end keeps
+        // alive; at most `MAX_MERGED_PIECES` iovecs, inside `IOV_MAX`.
+        let r = unsafe {
+            match inf.bio.op {
+                super::BioOp::Write => libc::pwritev(fd, iov, n, offset as libc::off_t),
+                super::BioOp::Read => libc::preadv(fd, iov, n, offset as libc::off_t),
+            }
+        };
+        let res = if r < 0 {
+            -std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EIO)
+        } else {
+            r.min(i32::MAX as isize) as i32
+        };
+        match super::uring::outcome(inf, res) {
+            Next::Again => {
+                counters
+                    .resubmitted
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            Next::Done(r) => return r,
+        }
+    }
+}
+
 /// The transfers of `inf`, retried as the module documentation of [`super`] says.
 fn transfer(inf: &mut InFlight, counters: &Counters) -> Result<(), StoreError> {
     loop {

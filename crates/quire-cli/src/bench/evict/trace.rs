@@ -945,6 +945,9 @@ impl Store for ReplayStore {
     fn sync(&self) -> StoreResult<()> {
         self.inner.sync()
     }
+    fn sync_all(&self) -> StoreResult<()> {
+        self.inner.sync_all()
+    }
     fn len(&self) -> StoreResult<u64> {
         self.inner.len()
     }
