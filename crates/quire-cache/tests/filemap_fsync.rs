@@ -77,18 +77,33 @@ fn fsync_returns_only_after_every_earlier_write_is_synced() {
     });
 }
 
-/// A store that counts its two syncs apart.
-struct SyncCounting {
+/// A store that counts its two syncs apart and records which threads wrote to it.
+#[derive(Default)]
+struct Recording {
     inner: MemStore,
     syncs: AtomicU64,
     syncs_all: AtomicU64,
+    writers: std::sync::Mutex<Vec<std::thread::ThreadId>>,
 }
 
-impl Store for SyncCounting {
+impl Recording {
+    fn new(len: usize) -> Arc<Recording> {
+        Arc::new(Recording {
+            inner: MemStore::from_vec(vec![0; len]),
+            ..Default::default()
+        })
+    }
+}
+
+impl Store for Recording {
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> StoreResult<usize> {
         self.inner.read_at(offset, buf)
     }
     fn write_at(&self, offset: u64, buf: &[u8]) -> StoreResult<usize> {
+        self.writers
+            .lock()
+            .unwrap()
+            .push(std::thread::current().id());
         self.inner.write_at(offset, buf)
     }
     fn sync(&self) -> StoreResult<()> {
@@ -110,11 +125,7 @@ impl Store for SyncCounting {
 #[test]
 fn sync_all_syncs_the_store_once_with_its_metadata_and_fsync_only_its_data() {
     let cache = PageCache::new(CacheConfig::new(1 << 20)).unwrap();
-    let store = Arc::new(SyncCounting {
-        inner: MemStore::from_vec(vec![0; PAGES * PAGE]),
-        syncs: AtomicU64::new(0),
-        syncs_all: AtomicU64::new(0),
-    });
+    let store = Recording::new(PAGES * PAGE);
     let f = cache.open(store.clone()).unwrap();
     let counts = || {
         (
@@ -159,41 +170,10 @@ fn a_failed_sync_all_is_reported_to_every_handle_once() {
     f.sync_all().unwrap();
 }
 
-/// A store that records which threads wrote to it.
-struct WriterThreads {
-    inner: MemStore,
-    writers: std::sync::Mutex<Vec<std::thread::ThreadId>>,
-}
-
-impl Store for WriterThreads {
-    fn read_at(&self, offset: u64, buf: &mut [u8]) -> StoreResult<usize> {
-        self.inner.read_at(offset, buf)
-    }
-    fn write_at(&self, offset: u64, buf: &[u8]) -> StoreResult<usize> {
-        self.writers
-            .lock()
-            .unwrap()
-            .push(std::thread::current().id());
-        self.inner.write_at(offset, buf)
-    }
-    fn sync(&self) -> StoreResult<()> {
-        self.inner.sync()
-    }
-    fn len(&self) -> StoreResult<u64> {
-        self.inner.len()
-    }
-    fn set_len(&self, len: u64) -> StoreResult<()> {
-        self.inner.set_len(len)
-    }
-}
-
 #[test]
 fn an_fsync_whose_write_back_is_one_request_writes_on_its_own_thread() {
     let cache = PageCache::new(CacheConfig::new(1 << 20)).unwrap();
-    let store = Arc::new(WriterThreads {
-        inner: MemStore::from_vec(vec![0; PAGES * PAGE]),
-        writers: Default::default(),
-    });
+    let store = Recording::new(PAGES * PAGE);
     let f = cache.open(store.clone()).unwrap();
     let me = std::thread::current().id();
     let writers = || std::mem::take(&mut *store.writers.lock().unwrap());

@@ -571,12 +571,9 @@ impl Engine {
         self.counters.started(1);
         // An `end_io` that panics is contained as on the engine's threads: the request's
         // end, dropped unrun, releases what it held, and the caller's wait sees it end.
+        let on_fd = bio.end.store().io_fd().is_some();
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            if bio.end.store().io_fd().is_some() {
-                threads::run_on_fd(bio, &self.counters);
-            } else {
-                threads::run(bio, &self.counters);
-            }
+            threads::run(bio, &self.counters, on_fd)
         }));
     }
 

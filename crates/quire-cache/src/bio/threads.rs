@@ -87,7 +87,7 @@ impl Threads {
         }
         for bio in bios {
             self.counters.started(1);
-            run(bio, &self.counters);
+            run(bio, &self.counters, false);
         }
     }
 
@@ -114,33 +114,27 @@ fn worker(shared: &Shared, counters: &Counters) {
             }
         };
         // An `end_io` that panics does not take the thread with it.
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(bio, counters)));
+        let _ =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(bio, counters, false)));
         shared.queue.lock().unwrap().pending -= 1;
         shared.room.notify_one();
     }
 }
 
-/// Runs one request to its end with blocking calls. A store that panics loses the request:
-/// its `BioEnd` is dropped unrun, which releases what it held.
-pub(super) fn run(bio: Bio, counters: &Counters) {
+/// Runs one request to its end with blocking calls: the store's `read_at`/`write_at`, piece by
+/// piece, or with `on_fd` its descriptor ([`Store::io_fd`](crate::store::Store::io_fd)) as the
+/// ring would use it: one `pwritev` or `preadv` of what is left of every piece (a merged
+/// write-back is one call, not one `write_at` per folio), `io_fd_written` left to the request's
+/// end as after the ring. A store that panics loses the request: its `BioEnd` is dropped unrun,
+/// which releases what it held.
+pub(super) fn run(bio: Bio, counters: &Counters, on_fd: bool) {
     let mut inf = InFlight::new(bio);
     let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        transfer(&mut inf, counters)
-    }));
-    counters.ended(!matches!(res, Ok(Ok(()))));
-    if let Ok(res) = res {
-        inf.finish(res);
-    }
-}
-
-/// Runs one request to its end with blocking calls on the store's descriptor
-/// ([`Store::io_fd`](crate::store::Store::io_fd)), as the ring would run it: one `pwritev` or
-/// `preadv` of what is left of every piece (a merged write-back is one call, not one
-/// `write_at` per folio), `io_fd_written` left to the request's end as after the ring.
-pub(super) fn run_on_fd(bio: Bio, counters: &Counters) {
-    let mut inf = InFlight::new(bio);
-    let res = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        transfer_on_fd(&mut inf, counters)
+        if on_fd {
+            transfer_on_fd(&mut inf, counters)
+        } else {
+            transfer(&mut inf, counters)
+        }
     }));
     counters.ended(!matches!(res, Ok(Ok(()))));
     if let Ok(res) = res {

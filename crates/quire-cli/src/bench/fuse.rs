@@ -260,6 +260,14 @@ fn channel_note() -> String {
     }
 }
 
+/// Removes every file of `dir` (the write cases' own directory, between runs).
+fn clear_dir(dir: &Path) -> anyhow::Result<()> {
+    for e in fs::read_dir(dir)? {
+        fs::remove_file(e?.path())?;
+    }
+    Ok(())
+}
+
 /// Writes `size` bytes of a fixed pseudo-random pattern and syncs.
 fn write_file(path: &Path, size: u64) -> anyhow::Result<()> {
     let mut f = File::create(path).with_context(|| format!("creating {}", path.display()))?;
@@ -661,9 +669,7 @@ impl Env {
                 }
                 "seqwrite-fsync" => {
                     let wdir = dir.join("w");
-                    for e in fs::read_dir(&wdir)? {
-                        fs::remove_file(e?.path())?;
-                    }
+                    clear_dir(&wdir)?;
                     let t0 = Instant::now();
                     let r = fio(
                         &common(&[
@@ -685,15 +691,11 @@ impl Env {
                         r.bytes / secs / (1 << 20) as f64,
                         "MiB/s",
                     );
-                    for e in fs::read_dir(&wdir)? {
-                        fs::remove_file(e?.path())?;
-                    }
+                    clear_dir(&wdir)?;
                 }
                 "wal-append" => {
                     let wdir = dir.join("w");
-                    for e in fs::read_dir(&wdir)? {
-                        fs::remove_file(e?.path())?;
-                    }
+                    clear_dir(&wdir)?;
                     let r = fio(
                         &common(&[
                             &format!("--directory={}", wdir.display()),
@@ -708,9 +710,7 @@ impl Env {
                     )?;
                     b.record(case, variant, jobs, "iops", r.iops, "1/s");
                     b.record(case, variant, jobs, "sync_us", r.sync_us, "us");
-                    for e in fs::read_dir(&wdir)? {
-                        fs::remove_file(e?.path())?;
-                    }
+                    clear_dir(&wdir)?;
                 }
                 _ => unreachable!(),
             }
