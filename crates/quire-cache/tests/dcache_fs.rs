@@ -45,6 +45,24 @@ fn open_fds() -> usize {
     fs::read_dir("/proc/self/fd").map_or(0, |d| d.count())
 }
 
+/// The open descriptors once entries an earlier test freed have been destroyed: they wait in the
+/// epoch and close whenever some thread next collects it, which may be in the middle of a count.
+fn settled_fds() -> usize {
+    let mut last = open_fds();
+    let mut steady = 0;
+    for _ in 0..1000 {
+        quire::sync::rcu::pin().flush();
+        std::thread::sleep(std::time::Duration::from_millis(1));
+        let now = open_fds();
+        steady = if now == last { steady + 1 } else { 0 };
+        last = now;
+        if steady == 20 {
+            break;
+        }
+    }
+    last
+}
+
 #[test]
 fn lookup_stat_returns_fresh_attributes_and_replaces_stale_entries() {
     let _serial = serial();
@@ -98,7 +116,7 @@ fn held_directory_descriptors_follow_the_directory_and_close_with_the_entry() {
     let _serial = serial();
     let t = TempDir::new("dcfs-held");
     fs::create_dir_all(t.0.join("a/b")).unwrap();
-    let before = open_fds();
+    let before = settled_fds();
     {
         let dc = cache(&t, true);
         let b = dc.walk("a/b").unwrap();
