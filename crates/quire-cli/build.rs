@@ -41,8 +41,22 @@ fn main() {
     println!("cargo:rustc-env=QUIRE_BUILD_DIRTY={dirty}");
 
     // Run again when the commit moves (HEAD, the branch refs) or the sources change.
-    for p in ["crates", "Cargo.toml", "Cargo.lock"] {
+    for p in ["Cargo.toml", "Cargo.lock"] {
         println!("cargo:rerun-if-changed={}", root.join(p).display());
+    }
+    // Each crate's entries rather than `crates` whole (cargo scans a watched directory through):
+    // a crate's own `target` (the query runner's, a workspace of its own) is build output, and a
+    // build of it running alongside would make every build here run this script again.
+    if let Ok(crates) = std::fs::read_dir(root.join("crates")) {
+        for krate in crates.flatten() {
+            match std::fs::read_dir(krate.path()) {
+                Ok(entries) => entries
+                    .flatten()
+                    .filter(|e| e.file_name() != "target")
+                    .for_each(|e| watch(&e.path())),
+                Err(_) => watch(&krate.path()),
+            }
+        }
     }
     let rel = |p: Option<String>| {
         p.map(|p| {
