@@ -225,7 +225,7 @@ fn a_scan_does_not_flush_the_hot_set() {
 /// hot set here (the measured alternative is in docs/journal/). The bar is 0.92 on the best of
 /// three fresh caches, not on one: background reclaim runs beside the reads, and its timing
 /// costs the hot set a few of its 128 reads now and then (0.945 in about one run in six on the
-/// 2-core development machine, 0.89 once under CI's load on the blocking-thread engine), where
+/// 2-core development machine, as low as 0.89 under load on the blocking-thread engine), where
 /// the rule above loses about half of them in every run.
 #[test]
 fn a_scan_of_small_files_does_not_flush_a_slowly_used_hot_set() {
