@@ -7,12 +7,11 @@ Why not `cargo test -p PACKAGE`: cargo resolves the dependencies' features for t
 command selects, so a narrower command than `--workspace` builds a differently featured tokio,
 rustls and the crates above them again (three minutes of CI's time, for the same code).
 
-Usage: .ci/rerun.py LIST PACKAGE TARGET... [-- ARGS]
+Usage: .ci/rerun.py LIST PACKAGE TARGET...
   LIST     the output of `cargo test --workspace --no-run --message-format=json` (the same
            settings as the build it names, so that it built nothing)
   TARGET   `lib` (the library's unit tests), `tests` (every integration test),
            `test:NAME`, or `example:NAME`
-  ARGS     passed to each test executable (not to examples)
 The environment passes through (the settings under which the tests run again).
 """
 
@@ -62,13 +61,7 @@ def main(argv):
     if len(argv) < 3:
         sys.exit(__doc__)
     list_path, package, rest = argv[0], argv[1], argv[2:]
-    args = []
-    if "--" in rest:
-        i = rest.index("--")
-        rest, args = rest[:i], rest[i + 1 :]
     found = built(list_path, package)
-    if not found:
-        sys.exit(f"{list_path} lists no test or example of the package {package}")
     runs = []
     for t in rest:
         if t == "lib":
@@ -80,6 +73,8 @@ def main(argv):
             wanted = [(kind, name)]
         else:
             sys.exit(f"unknown target {t!r}\n{__doc__}")
+        if not wanted:
+            sys.exit(f"{list_path} lists no {t} of {package}")
         for k in wanted:
             if k not in found:
                 sys.exit(f"{list_path} lists no {k[0]} {k[1]} of {package}")
@@ -87,12 +82,8 @@ def main(argv):
                 runs.append(k)
     for kind, name in runs:
         exe, pkg_dir = found[(kind, name)]
-        if kind == "example":
-            cmd, cwd = [exe], None
-        else:
-            cmd, cwd = [exe] + args, pkg_dir
         print(f"     Running {kind} {name} ({os.path.relpath(exe)})", flush=True)
-        code = subprocess.call(cmd, cwd=cwd)
+        code = subprocess.call([exe], cwd=None if kind == "example" else pkg_dir)
         if code != 0:
             sys.exit(f"{kind} {name} of {package} failed (exit {code})")
 
