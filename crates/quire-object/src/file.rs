@@ -30,7 +30,7 @@ use quire::store::{Op, ReadRequest, Store, StoreError};
 
 use crate::backing::{errno_error, store_error, BackingInner};
 use crate::counters::Request;
-use crate::spill::StagingFile;
+use crate::spill::{PageBuf, StagingFile};
 use crate::tier::{ObjectId, TierInner};
 
 type Result<T> = std::result::Result<T, StoreError>;
@@ -418,8 +418,8 @@ impl FileInner {
     /// boundaries (within the version), and what was fetched goes to the tier: a random reader
     /// brings whole chunks to local disk at the cost of one larger GET per miss, as whole-file
     /// disk caches do, without fetching chunks nobody reads.
-    async fn fetch(self: Arc<Self>, offset: u64, n: usize, fill: bool) -> Result<Vec<u8>> {
-        let mut out = vec![0u8; n];
+    async fn fetch(self: Arc<Self>, offset: u64, n: usize, fill: bool) -> Result<PageBuf> {
+        let mut out = PageBuf::zeroed(n);
         let got = self.fetch_into(offset, &mut out, fill).await?;
         out.truncate(got);
         Ok(out)
@@ -673,7 +673,7 @@ impl FileInner {
             mode: self.put_mode(&remote),
             ..Default::default()
         };
-        let payload = PutPayload::from(data);
+        let payload = PutPayload::from(data.into_bytes());
         let conditional = matches!(opts.mode, PutMode::Update(_));
         let overwrite = matches!(opts.mode, PutMode::Overwrite);
         let r = match self
@@ -754,7 +754,7 @@ impl FileInner {
                     return Err(errno_error(Op::Write, off + data.len() as u64, libc::EIO));
                 }
                 let counters = counters.clone();
-                let fut = upload.put_part(PutPayload::from(data));
+                let fut = upload.put_part(PutPayload::from(data.into_bytes()));
                 let at = off;
                 running.push(self.backing.runtime.spawn(async move {
                     let _room = room;
@@ -1034,7 +1034,7 @@ fn from_tier(tier: &TierInner, id: ObjectId, off: u64, dst: &mut [u8]) -> Vec<(u
         let t_off = off + direct as u64;
         let first = t_off / PAGE * PAGE;
         let last = end.div_ceil(PAGE) * PAGE;
-        let mut pages = vec![0u8; (last - first) as usize];
+        let mut pages = PageBuf::zeroed((last - first) as usize);
         for (i, hit) in tier.read(id, first, &mut pages).into_iter().enumerate() {
             let p0 = (first + i as u64 * PAGE).max(t_off);
             let p1 = (first + (i as u64 + 1) * PAGE).min(end);

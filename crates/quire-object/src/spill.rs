@@ -109,6 +109,52 @@ pub(crate) fn read_direct(f: &File, buf: &mut [u8], off: u64) -> std::io::Result
     read_dropping(f, buf, off)
 }
 
+/// A zeroed buffer whose first byte is page aligned, so that a direct read can land in it (a
+/// plain `Vec<u8>`'s start is aligned only as the allocator happens to place it, and a read
+/// into it would go through the page cache): a `Vec` with a page of slack, used from its first
+/// aligned byte. The fetches that gather a range for a copy (a read of the store's own, adjacent
+/// requests merged, an upload's part) use it, so that what the disk tier has of the range is
+/// read direct.
+pub(crate) struct PageBuf {
+    buf: Vec<u8>,
+    start: usize,
+    len: usize,
+}
+
+impl PageBuf {
+    const ALIGN: usize = 4096;
+
+    /// `len` zeroed bytes.
+    pub(crate) fn zeroed(len: usize) -> PageBuf {
+        let buf = vec![0u8; len + Self::ALIGN - 1];
+        let start = (Self::ALIGN - buf.as_ptr() as usize % Self::ALIGN) % Self::ALIGN;
+        PageBuf { buf, start, len }
+    }
+
+    /// Keeps the first `len` bytes (all of them if there are fewer).
+    pub(crate) fn truncate(&mut self, len: usize) {
+        self.len = self.len.min(len);
+    }
+
+    /// The bytes, without a copy.
+    pub(crate) fn into_bytes(self) -> bytes::Bytes {
+        bytes::Bytes::from(self.buf).slice(self.start..self.start + self.len)
+    }
+}
+
+impl std::ops::Deref for PageBuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.buf[self.start..self.start + self.len]
+    }
+}
+
+impl std::ops::DerefMut for PageBuf {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        &mut self.buf[self.start..self.start + self.len]
+    }
+}
+
 /// A span of a file written since its last write-out: `lo..hi`, `bytes` written into it.
 #[derive(Clone, Copy, Debug, Default)]
 struct Span {
@@ -200,13 +246,39 @@ impl Drop for StagingFile {
 
 #[cfg(test)]
 mod tests {
-    use super::read_direct;
+    use super::{read_direct, PageBuf};
     use std::os::unix::fs::FileExt;
 
     /// A 4 KiB-aligned stretch of `len` bytes inside `v` (which has 4 KiB to spare).
     fn aligned(v: &mut [u8], len: usize) -> &mut [u8] {
         let skip = v.as_ptr().align_offset(4096);
         &mut v[skip..skip + len]
+    }
+
+    #[test]
+    fn a_page_buf_is_aligned_zeroed_and_handed_on_whole() {
+        for len in [0, 1, 4095, 4096, 100_000] {
+            let mut b = PageBuf::zeroed(len);
+            assert_eq!(b.len(), len);
+            assert_eq!(b.as_ptr() as usize % 4096, 0, "len {len}");
+            assert!(b.iter().all(|&x| x == 0));
+            for (i, x) in b.iter_mut().enumerate() {
+                *x = (i % 251) as u8;
+            }
+            b.truncate(len / 2);
+            b.truncate(len);
+            assert_eq!(b.len(), len / 2, "truncate only shortens");
+            let want: Vec<u8> = (0..len / 2).map(|i| (i % 251) as u8).collect();
+            assert_eq!(&b[..], &want[..]);
+            let bytes = b.into_bytes();
+            assert_eq!(&bytes[..], &want[..]);
+        }
+        // A direct read lands in it.
+        let f = tempfile::tempfile().unwrap();
+        f.write_all_at(&[7u8; 8192], 0).unwrap();
+        let mut b = PageBuf::zeroed(8192);
+        read_direct(&f, &mut b, 0).unwrap();
+        assert_eq!(&b[..], &[7u8; 8192][..]);
     }
 
     #[test]
