@@ -10,7 +10,7 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use quire::filemap::{block_on, PageCache};
 use quire::store::{Fault, FaultyStore, FileStore, IoMode, MemStore, Store};
@@ -129,9 +129,15 @@ fn one_thread_keeps_many_misses_in_flight() {
     let cache = cache(1 << 20);
     let f = cache.open(store.clone()).unwrap();
     let opener = {
-        let store = store.clone();
+        let (store, cache) = (store.clone(), cache.clone());
         std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(50));
+            // The gate opens once the 32 reads are in the engine (or after 10 s, for the
+            // assertions below to report): a fixed pause opens it too early whenever a loaded
+            // machine holds the submitting thread back for longer.
+            let start = Instant::now();
+            while cache.stats().io.in_flight < 32 && start.elapsed() < Duration::from_secs(10) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
             store.open();
         })
     };

@@ -190,8 +190,21 @@ fn finish(cache: &PageCache, files: Vec<Owned>, what: &str) {
     }
     assert_eq!(cache.stats_exact().dirty_frames, 0, "{what}");
     lists_hold_every_cached_folio(cache, what);
-    let per_file: usize = files.iter().map(|o| o.f.cached_frames()).sum();
-    assert_eq!(per_file, cache.stats_exact().cached_frames, "{what}");
+    // Background reclaim, woken by the reads above, may evict between the two counts: they
+    // must agree once it rests (a lost count would never agree).
+    let counts = || {
+        let per_file: usize = files.iter().map(|o| o.f.cached_frames()).sum();
+        (per_file, cache.stats_exact().cached_frames)
+    };
+    wait_for(
+        &format!("{what}: the files' frames are the cache's"),
+        Duration::from_secs(10),
+        || {
+            let (per_file, cached) = counts();
+            per_file == cached
+        },
+        || format!("(per file, cached) = {:?}", counts()),
+    );
     counters_add_up(cache, what);
     drop(files);
     let s = cache.stats_exact();

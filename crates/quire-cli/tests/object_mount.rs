@@ -499,8 +499,21 @@ fn a_disk_tier_serves_a_remount_and_quire_stat_shows_it() {
     let first = quire_stat(&mnt);
     assert!(counter(&first, "object_get") > 0);
     assert!(counter(&first, "object_bytes_read") >= data.len() as u64);
-    // Let the tier's writer catch up before the daemon goes.
-    std::thread::sleep(Duration::from_millis(300));
+    // Let the tier's writer catch up before the daemon goes: what still waits in its queue
+    // goes with the daemon, and on a loaded machine the writer may be behind for longer than
+    // any fixed pause.
+    let t0 = Instant::now();
+    loop {
+        let stat = quire_stat(&mnt);
+        if counter(&stat, "tier_queued_bytes") == 0 {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "the tier's queue still holds offers after 10 s:\n{stat}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     assert!(m.unmount().success());
 
     let Some(m) = mount_with_tier(&url, &mnt, &tier) else {
