@@ -28,29 +28,10 @@ fn page_bytes(space: &quire::mm::Space, page: u64) -> Vec<u8> {
     space.with_page(page, |b| b.to_vec()).unwrap()
 }
 
-/// Everything is given back once the spaces are gone. Background reclaim, woken by the
-/// pressure a test made, may be in a round still, holding folios it isolated from the swap
-/// cache: the trim skips those, and takes them once reclaim has put them back. What never
-/// comes down is a leak.
+/// Everything is given back once the spaces are gone.
 #[track_caller]
 fn check_empty(cache: &PageCache, anon: &AnonMemory) {
-    let left = || {
-        anon.trim_swap_cache();
-        let s = anon.stats();
-        (s.spaces, s.anon_frames, s.swap_cache_folios, s.swap_used)
-    };
-    common::wait_for(
-        "no space, folio or slot is left",
-        Duration::from_secs(10),
-        || left() == (0, 0, 0, 0),
-        || {
-            format!(
-                "(spaces, anon frames, swap cache, swap used) = {:?}",
-                left()
-            )
-        },
-    );
-    common::check_no_leak(cache, "anonymous memory");
+    common::check_anon_empty(cache, anon, "anonymous memory");
 }
 
 #[test]

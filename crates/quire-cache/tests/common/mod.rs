@@ -100,6 +100,32 @@ pub fn quiet_config(capacity: usize) -> CacheConfig {
 /// readahead job or an I/O completion holding the file's mapping, whose last reference closes
 /// it; background reclaim with folios isolated; the flusher) may hold a reference for a moment
 /// after the handle was dropped; then that the allocator agrees that no frame is handed out.
+/// Every space, anonymous frame, swap-cache folio and swap slot is given back once the spaces
+/// of `anon` are gone, and then nothing of `cache` leaks ([`check_no_leak`]). Background
+/// reclaim, woken by the pressure a test made, may be in a round still, holding folios it
+/// isolated from the swap cache: the trim skips those, and takes them once reclaim has put
+/// them back. What never comes down is a leak.
+#[track_caller]
+pub fn check_anon_empty(cache: &PageCache, anon: &quire::mm::AnonMemory, what: &str) {
+    let left = || {
+        anon.trim_swap_cache();
+        let s = anon.stats();
+        (s.spaces, s.anon_frames, s.swap_cache_folios, s.swap_used)
+    };
+    wait_for(
+        &format!("{what}: no space, folio or slot is left"),
+        Duration::from_secs(10),
+        || left() == (0, 0, 0, 0),
+        || {
+            format!(
+                "(spaces, anon frames, swap cache, swap used) = {:?}",
+                left()
+            )
+        },
+    );
+    check_no_leak(cache, what);
+}
+
 #[track_caller]
 pub fn check_no_leak(cache: &PageCache, what: &str) {
     // A count that never comes down is a leak.
