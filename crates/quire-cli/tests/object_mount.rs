@@ -804,13 +804,27 @@ fn an_s3_mount_stays_within_a_memory_group_of_its_capacity_plus_64_mib() {
         );
     };
 
+    // The file is written and read by `dd`, through pipes: a descriptor of it in this process
+    // would be carried by every child another test forks meanwhile until its exec, and each
+    // close of it is a FLUSH, which uploads the file (a gigabyte, by the end).
     let mut m = mount();
     let written = (|| -> std::io::Result<()> {
-        let mut f = fs::File::create(m.path("big"))?;
+        let mut dd = Command::new("dd")
+            .arg(format!("of={}", m.path("big").display()))
+            .args(["bs=1M", "iflag=fullblock", "conv=fsync", "status=none"])
+            .stdin(Stdio::piped())
+            .spawn()?;
+        let mut to = dd.stdin.take().unwrap();
         for i in 0..SIZE >> 20 {
-            f.write_all(&mib_of(&block, i))?;
+            to.write_all(&mib_of(&block, i))?;
         }
-        f.sync_all()
+        drop(to);
+        let st = dd.wait()?;
+        if st.success() {
+            Ok(())
+        } else {
+            Err(std::io::Error::other(format!("dd exited with {st}")))
+        }
     })();
     let alive = m.child.as_mut().unwrap().try_wait().unwrap().is_none();
     assert!(
@@ -832,12 +846,21 @@ fn an_s3_mount_stays_within_a_memory_group_of_its_capacity_plus_64_mib() {
     // Cold: a new daemon, nothing in its page cache or tier.
     let mut m = mount();
     let read = (|| -> std::io::Result<u64> {
-        let mut f = fs::File::open(m.path("big"))?;
+        let mut dd = Command::new("dd")
+            .arg(format!("if={}", m.path("big").display()))
+            .args(["bs=1M", "status=none"])
+            .stdout(Stdio::piped())
+            .spawn()?;
+        let mut from = dd.stdout.take().unwrap();
         let mut buf = vec![0u8; 1 << 20];
         let mut bad = 0;
         for i in 0..SIZE >> 20 {
-            f.read_exact(&mut buf)?;
+            from.read_exact(&mut buf)?;
             bad += u64::from(buf != mib_of(&block, i));
+        }
+        let st = dd.wait()?;
+        if !st.success() {
+            return Err(std::io::Error::other(format!("dd exited with {st}")));
         }
         Ok(bad)
     })();
