@@ -450,6 +450,96 @@ fn an_s3_mount_round_trips_through_the_s3_server_and_a_remount() {
     assert!(st.success(), "{st}");
 }
 
+/// `ls -l` of a directory: its one LIST gives every entry's attributes (READDIRPLUS), so the
+/// stats after it ask the store nothing, and the sizes are the objects'. One file is still
+/// open for writing: its size is the handle's, not the (older) object's.
+#[test]
+fn a_long_listing_costs_one_list_and_no_head_per_name() {
+    if let Err(e) = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/fuse")
+    {
+        return skip(&format!("/dev/fuse cannot be opened: {e}"));
+    }
+    let Some(server) = S3Server::start() else {
+        return;
+    };
+    let dir = Scratch::new("obj-s3-ls");
+    fs::create_dir(dir.path("mnt")).unwrap();
+    const N: usize = 40;
+    let m = mount_s3(&server, &dir.path("mnt"));
+    fs::create_dir(m.path("d")).unwrap();
+    fs::create_dir(m.path("d/sub")).unwrap();
+    for i in 0..N {
+        fs::write(m.path(&format!("d/f{i:02}")), vec![b'x'; 100 + i]).unwrap();
+    }
+    fs::write(m.path("d/sub/inner"), b"inner").unwrap();
+    assert!(m.unmount().success());
+
+    // A fresh mount: nothing known of `d`'s names.
+    let m = mount_s3(&server, &dir.path("mnt"));
+    // The open file is held by a shell, not by this process: a child that another test forks
+    // meanwhile would carry this process's descriptor until its exec, and each close of a
+    // descriptor of a mount's file is a FLUSH, an upload here.
+    let mut holder = Command::new("sh")
+        .arg("-c")
+        .arg(r#"exec 3>>"$1" && printf '%1000s' '' >&3 && echo ready && { read _ || true; }"#)
+        .arg("sh")
+        .arg(m.path("d/f00"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut ready = [0u8; 6];
+    holder
+        .stdout
+        .take()
+        .unwrap()
+        .read_exact(&mut ready)
+        .unwrap();
+    assert_eq!(&ready, b"ready\n");
+    let before = quire_stat(&m.path(""));
+    let mut seen = Vec::new();
+    for e in fs::read_dir(m.path("d")).unwrap() {
+        let e = e.unwrap();
+        let md = fs::metadata(e.path()).unwrap();
+        seen.push((e.file_name().into_string().unwrap(), md.is_dir(), md.len()));
+    }
+    let after = quire_stat(&m.path(""));
+    seen.sort();
+    let mut want: Vec<(String, bool, u64)> = (0..N)
+        .map(|i| (format!("f{i:02}"), false, 100 + i as u64))
+        .collect();
+    want[0].2 = 100 + 1000;
+    want.push(("sub".into(), true, 0));
+    want.sort();
+    assert_eq!(seen.len(), want.len());
+    for (s, w) in seen.iter().zip(&want) {
+        assert_eq!((&s.0, s.1), (&w.0, w.1));
+        if !s.1 {
+            assert_eq!(s.2, w.2, "the size of {}", s.0);
+        }
+    }
+    let delta = |name| counter(&after, name) - counter(&before, name);
+    // The kernel keeps the entries' attributes for a second; a machine slow enough to let
+    // some expire between the listing and the stats asks for those again.
+    assert!(
+        delta("object_head") * 4 < N as u64,
+        "{} HEADs for {N} names listed (LISTs: {})",
+        delta("object_head"),
+        delta("object_list")
+    );
+    assert!(
+        delta("object_list") * 4 < N as u64,
+        "{} LISTs for {N} names listed",
+        delta("object_list")
+    );
+    drop(holder.stdin.take());
+    assert!(holder.wait().unwrap().success());
+    assert!(m.unmount().success());
+}
+
 /// A mount of `url` with a small memory budget and a disk tier in `tier`.
 fn mount_with_tier(url: &str, mnt: &Path, tier: &Path) -> Option<Mount> {
     let extra = ["--disk-cache", tier.to_str().unwrap(), "--disk-size", "64M"];

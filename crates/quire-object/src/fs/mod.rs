@@ -10,6 +10,10 @@
 //! - **Lookups** ask the store each time the kernel asks (a HEAD of the key and a one-page LIST
 //!   of `name/`, at once). The kernel keeps names and attributes for [`ObjectFsConfig::ttl`]
 //!   (1 s by default): a change made behind the mount is seen within a second.
+//! - **Listings** are one `list_with_delimiter` per OPENDIR. READDIRPLUS answers each entry's
+//!   attributes from it (an object's size and `Last-Modified`; for a file this mount has open,
+//!   its handle's), so `ls -l` of a directory asks the store once, not a HEAD and a LIST per
+//!   name; the kernel keeps them for the same 1 s.
 //! - **Attributes**: files `0644`, directories `0755`, owned by the mounting user; a file's size
 //!   is its open handle's where this mount has it open, else the object's (HEAD); its mtime is
 //!   the object's `Last-Modified` (now, while written). One link each.
@@ -66,7 +70,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use fuser::{Errno, FileAttr, FileHandle, FileType, FopenFlags, INodeNo};
+use fuser::{Errno, FileAttr, FileHandle, FopenFlags, INodeNo};
 use object_store::path::{Path, PathPart};
 use parking_lot::Mutex;
 use quire_fuse::serve::{Open, Res};
@@ -111,7 +115,18 @@ impl Default for ObjectFsConfig {
 }
 
 /// A directory's entries: name, type, node number.
-type Listing = Vec<(String, FileType, u64)>;
+/// An open directory's entries, as listed at OPENDIR: `.`, `..`, then every name with what the
+/// listing said of it (READDIRPLUS answers each entry's attributes from it).
+type Listing = Vec<ListEntry>;
+
+/// One entry of a [`Listing`].
+#[derive(Debug)]
+struct ListEntry {
+    name: String,
+    /// Its node number as READDIR reports it.
+    ino: u64,
+    found: Found,
+}
 
 fn err(e: &ObjectError) -> Errno {
     Errno::from_i32(e.errno())

@@ -3,7 +3,6 @@
 use std::collections::BTreeMap;
 use std::time::SystemTime;
 
-use fuser::FileType;
 use futures::StreamExt as _;
 use object_store::{ObjectMeta, ObjectStoreExt as _};
 use quire_fuse::serve::Res;
@@ -11,7 +10,7 @@ use quire_fuse::serve::Res;
 use crate::counters::Request as Req;
 
 use super::nodes::{child_of, ino_hash, is_under, join, Kind};
-use super::{store_err, Listing, ObjectFs};
+use super::{store_err, ListEntry, Listing, ObjectFs};
 
 /// What a name is, as far as the store and this mount know.
 #[derive(Clone, Copy, Debug)]
@@ -152,14 +151,23 @@ impl ObjectFs {
                 r
             })
             .map_err(|e| store_err(&e))?;
-        let mut names: BTreeMap<String, Kind> = BTreeMap::new();
+        let dir = Found {
+            kind: Kind::Dir,
+            size: 0,
+            mtime: self.started,
+        };
+        let mut names: BTreeMap<String, Found> = BTreeMap::new();
         for m in &listed.objects {
             if m.location == key {
                 continue;
             }
             if let Some(n) = m.location.filename() {
                 if !n.is_empty() {
-                    names.entry(n.to_string()).or_insert(Kind::File);
+                    names.entry(n.to_string()).or_insert(Found {
+                        kind: Kind::File,
+                        size: m.size,
+                        mtime: m.last_modified.into(),
+                    });
                 }
             }
         }
@@ -167,18 +175,24 @@ impl ObjectFs {
         for p in &listed.common_prefixes {
             if let Some(n) = p.filename() {
                 if !n.is_empty() {
-                    names.insert(n.to_string(), Kind::Dir);
+                    names.insert(n.to_string(), dir);
                 }
             }
         }
         for d in self.local_dirs.lock().iter() {
             if let Some(n) = child_of(d, path) {
-                names.insert(n.to_string(), Kind::Dir);
+                names.insert(n.to_string(), dir);
             }
         }
-        for p in self.handles.lock().by_path.keys() {
+        for (p, s) in self.handles.lock().by_path.iter() {
             if let Some(n) = child_of(p, path) {
-                names.entry(n.to_string()).or_insert(Kind::File);
+                // This mount's open file: its size and time are the handle's (READDIRPLUS
+                // looks them up again when it answers).
+                names.entry(n.to_string()).or_insert(Found {
+                    kind: Kind::File,
+                    size: s.handle.len(),
+                    mtime: s.written.lock().unwrap_or(self.started),
+                });
             } else if is_under(p, path) {
                 // A file being written deeper down: its first directory shows.
                 let rest = if path.is_empty() {
@@ -187,7 +201,7 @@ impl ObjectFs {
                     &p[path.len() + 1..]
                 };
                 if let Some((first, _)) = rest.split_once('/') {
-                    names.insert(first.to_string(), Kind::Dir);
+                    names.insert(first.to_string(), dir);
                 }
             }
         }
@@ -198,18 +212,20 @@ impl ObjectFs {
                 None => 1,
             }
         };
-        let mut out = vec![
-            (".".to_string(), FileType::Directory, ino),
-            ("..".to_string(), FileType::Directory, parent_ino),
-        ];
+        let entry = |name: &str, ino| ListEntry {
+            name: name.to_string(),
+            ino,
+            found: dir,
+        };
+        let mut out = vec![entry(".", ino), entry("..", parent_ino)];
         let nodes = self.nodes.lock();
-        for (name, kind) in names {
+        for (name, found) in names {
             let p = join(path, &name);
             let ino = match nodes.by_path.get(&p) {
-                Some(&i) if nodes.by_ino.get(&i).is_some_and(|n| n.kind == kind) => i,
-                _ => ino_hash(&p, kind),
+                Some(&i) if nodes.by_ino.get(&i).is_some_and(|n| n.kind == found.kind) => i,
+                _ => ino_hash(&p, found.kind),
             };
-            out.push((name, kind.file_type(), ino));
+            out.push(ListEntry { name, ino, found });
         }
         Ok(out)
     }

@@ -5,9 +5,15 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use fuser::{Errno, FileAttr, FileHandle, FopenFlags, INodeNo, OpenFlags, RenameFlags};
-use quire_fuse::serve::{DirOut, Open, ReadBuf, Req, Res, Serve, SetAttr, Statfs, Xattr};
+use fuser::{
+    Errno, FileAttr, FileHandle, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig,
+    OpenFlags, RenameFlags,
+};
+use quire_fuse::serve::{
+    DirOut, DirPlusOut, Open, ReadBuf, Req, Res, Serve, SetAttr, Statfs, Xattr,
+};
 
+use super::nodes::join;
 use super::nodes::Kind;
 use super::remote::Found;
 use super::{err, fm, ObjectFs, STATS_XATTR};
@@ -17,6 +23,18 @@ impl Serve for ObjectFs {
 
     fn ttl(&self) -> Duration {
         self.config.ttl
+    }
+
+    fn init(&mut self, config: &mut KernelConfig) -> std::io::Result<()> {
+        // READDIRPLUS where the kernel judges a listing will be followed by lookups (the
+        // first read of a directory, `ls -l`); a kernel without it keeps READDIR.
+        for f in [
+            InitFlags::FUSE_DO_READDIRPLUS,
+            InitFlags::FUSE_READDIRPLUS_AUTO,
+        ] {
+            let _ = config.add_capabilities(f);
+        }
+        Ok(())
     }
 
     fn lookup(&self, parent: INodeNo, name: &OsStr) -> Res<FileAttr> {
@@ -399,8 +417,59 @@ impl Serve for ObjectFs {
 
     fn readdir(&self, _ino: INodeNo, fh: FileHandle, offset: u64, out: &mut dyn DirOut) -> Res<()> {
         let d = self.dirs.lock().get(&fh.0).cloned().ok_or(Errno::EBADF)?;
-        for (i, (name, kind, ino)) in d.iter().enumerate().skip(offset as usize) {
-            if out.add(INodeNo(*ino), i as u64 + 1, *kind, name.as_ref()) {
+        for (i, e) in d.iter().enumerate().skip(offset as usize) {
+            let kind = e.found.kind.file_type();
+            if out.add(INodeNo(e.ino), i as u64 + 1, kind, e.name.as_ref()) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Each entry with the attributes its directory's listing gave (size and `Last-Modified`
+    /// of each object), so `ls -l` of a directory costs its one LIST rather than a HEAD and a
+    /// LIST per name. A file this mount has open answers from its handle, as a lookup does.
+    fn readdirplus(
+        &self,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        out: &mut dyn DirPlusOut,
+    ) -> Res<()> {
+        let d = self.dirs.lock().get(&fh.0).cloned().ok_or(Errno::EBADF)?;
+        let (dir, _, _, _) = self.node(ino)?;
+        let ttl = self.config.ttl;
+        for (i, e) in d.iter().enumerate().skip(offset as usize) {
+            let next = i as u64 + 1;
+            if e.name == "." || e.name == ".." {
+                // Not looked up by the kernel: no count taken.
+                let attr = self.attr(e.ino, Kind::Dir, 0, e.found.mtime);
+                if out.add(
+                    INodeNo(e.ino),
+                    next,
+                    e.name.as_ref(),
+                    &ttl,
+                    &attr,
+                    Generation(0),
+                ) {
+                    break;
+                }
+                continue;
+            }
+            let path = join(&dir, &e.name);
+            let found = match self.shared_of(&path) {
+                Some(s) if e.found.kind == Kind::File => Found {
+                    kind: Kind::File,
+                    size: s.handle.len(),
+                    mtime: s.written.lock().unwrap_or(e.found.mtime),
+                },
+                _ => e.found,
+            };
+            // Each entry added counts as a kernel lookup.
+            let attr = self.remember(&path, found);
+            if out.add(attr.ino, next, e.name.as_ref(), &ttl, &attr, Generation(0)) {
+                // Did not fit: the kernel never saw it.
+                self.forget(attr.ino, 1);
                 break;
             }
         }
