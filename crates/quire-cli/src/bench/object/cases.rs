@@ -232,6 +232,27 @@ impl Env {
         b.record("list", v, 1, "objects_per_s", per_s, "1/s");
         self.keep("list", v, per_s);
 
+        // `ls -l`: the names and every entry's attributes, a little over a second after the
+        // names alone (longer than quire's kernel entry timeout; the peers keep their own
+        // listings longer).
+        b.step(&format!("list-long {v}"));
+        std::thread::sleep(Duration::from_millis(1100));
+        let per_s = Self::guarded(&mut m, "list-long", |mnt| {
+            let t0 = Instant::now();
+            let mut n = 0;
+            for e in fs::read_dir(mnt.join("list"))? {
+                fs::symlink_metadata(e?.path())?;
+                n += 1;
+            }
+            let secs = t0.elapsed().as_secs_f64();
+            if n != want {
+                bail!("listed {n} objects, not {want}");
+            }
+            Ok(n as f64 / secs)
+        })?;
+        b.record("list-long", v, 1, "objects_per_s", per_s, "1/s");
+        self.keep("list-long", v, per_s);
+
         b.step(&format!("write-fsync {v}"));
         self.written += 1;
         let key = format!("written-{v}-{}.dat", self.written);
@@ -293,11 +314,12 @@ impl Env {
     /// quire's ratios against the targets.
     pub(super) fn compare(&self, b: &mut Bench) {
         // (case, whether lower is better, the target ratio against the best peer)
-        let cases: [(&str, bool, f64); 6] = [
+        let cases: [(&str, bool, f64); 7] = [
             ("cold-seq", false, 1.5),
             ("warm-reread", false, 1.0),
             ("warm-restart", true, 1.0),
             ("list", false, 1.0),
+            ("list-long", false, 1.0),
             ("write-fsync", false, 1.0),
             ("zipf-randread", false, 2.0),
         ];

@@ -57,6 +57,8 @@
 //!   the object read once more: `seconds` from the new daemon's start to the read's end.
 //! - `list`: on a fresh daemon, one `readdir` of a prefix of 10 000 small objects;
 //!   `objects_per_s`.
+//! - `list-long`: `ls -l` of the same prefix (each name and its attributes), 1.1 s after
+//!   `list` (longer than quire's kernel entry timeout of 1 s); `objects_per_s`.
 //! - `write-fsync`: a new 1 GiB file written in 1 MiB writes, `fsync`ed and closed, and until
 //!   the object is whole on the server (its file in the server's directory has every byte):
 //!   rclone's close returns before its upload, s3fs uploads at flush, quire at fsync;
@@ -65,7 +67,7 @@
 //!   4× the budget, after a warm-up (`ramp_time`); `iops` and `lat_us`, and the daemon's
 //!   resident memory at the end, `daemon_rss_mib` (a peer's page cache is not in it).
 //!
-//! `list`, `write-fsync` and `zipf-randread` run in that order on one daemon. After all
+//! `list`, `list-long`, `write-fsync` and `zipf-randread` run in that order on one daemon. After all
 //! variants, each case compares quire ("after") with the best peer ("before").
 //!
 //! Sizes: budget 256 MiB, disk budget 2 GiB, objects of 1 GiB, 10 000 objects, zipf 10 s
@@ -104,7 +106,7 @@ pub const SUITE: Suite = Suite {
     name: "object",
     about: "a mount of an S3 bucket: quire vs rclone (vfs full) and s3fs, through a delaying proxy",
     variants: &VARIANTS,
-    steps: |_| (VARIANTS.len() * 6) as u64,
+    steps: |_| (VARIANTS.len() * 7) as u64,
     run,
 };
 
