@@ -114,7 +114,6 @@ impl Default for ObjectFsConfig {
     }
 }
 
-/// A directory's entries: name, type, node number.
 /// An open directory's entries, as listed at OPENDIR: `.`, `..`, then every name with what the
 /// listing said of it (READDIRPLUS answers each entry's attributes from it).
 type Listing = Vec<ListEntry>;
