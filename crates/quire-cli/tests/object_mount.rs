@@ -55,6 +55,21 @@ impl ObjMount {
     }
 }
 
+/// Whether `/dev/fuse` opens here; if not, the test says `skipped: why`.
+fn fuse_opens() -> bool {
+    match fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/fuse")
+    {
+        Ok(_) => true,
+        Err(e) => {
+            skip(&format!("/dev/fuse cannot be opened: {e}"));
+            false
+        }
+    }
+}
+
 fn names(dir: &Path) -> Vec<String> {
     let mut v: Vec<String> = fs::read_dir(dir)
         .unwrap()
@@ -255,12 +270,8 @@ fn a_file_url_mount_leaves_the_objects_in_the_directory() {
 
 #[test]
 fn an_unreachable_s3_endpoint_fails_at_mount_time_and_mounts_nothing() {
-    if let Err(e) = fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/fuse")
-    {
-        return skip(&format!("/dev/fuse cannot be opened: {e}"));
+    if !fuse_opens() {
+        return;
     }
     let dir = Scratch::new("obj-s3-bad");
     fs::create_dir(dir.path("mnt")).unwrap();
@@ -414,12 +425,8 @@ fn mount_s3_with(
 
 #[test]
 fn an_s3_mount_round_trips_through_the_s3_server_and_a_remount() {
-    if let Err(e) = fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/fuse")
-    {
-        return skip(&format!("/dev/fuse cannot be opened: {e}"));
+    if !fuse_opens() {
+        return;
     }
     let Some(server) = S3Server::start() else {
         return;
@@ -455,12 +462,8 @@ fn an_s3_mount_round_trips_through_the_s3_server_and_a_remount() {
 /// open for writing: its size is the handle's, not the (older) object's.
 #[test]
 fn a_long_listing_costs_one_list_and_no_head_per_name() {
-    if let Err(e) = fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/fuse")
-    {
-        return skip(&format!("/dev/fuse cannot be opened: {e}"));
+    if !fuse_opens() {
+        return;
     }
     let Some(server) = S3Server::start() else {
         return;
@@ -823,12 +826,8 @@ fn mib_of(block: &[u8], i: u64) -> Vec<u8> {
 fn an_s3_mount_stays_within_a_memory_group_of_its_capacity_plus_64_mib() {
     const CAPACITY: u64 = 256 << 20;
     const SIZE: u64 = 1 << 30;
-    if let Err(e) = fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/fuse")
-    {
-        return skip(&format!("/dev/fuse cannot be opened: {e}"));
+    if !fuse_opens() {
+        return;
     }
     let group = match MemGroup::new("s3-budget", CAPACITY + (64 << 20)) {
         Ok(g) => g,

@@ -216,19 +216,7 @@ impl Env {
         b.step(&format!("list {v}"));
         let mut m = self.mount(v, &cache)?;
         let want = self.sz.list;
-        let per_s = Self::guarded(&mut m, "list", |mnt| {
-            let t0 = Instant::now();
-            let mut n = 0;
-            for e in fs::read_dir(mnt.join("list"))? {
-                e?;
-                n += 1;
-            }
-            let secs = t0.elapsed().as_secs_f64();
-            if n != want {
-                bail!("listed {n} objects, not {want}");
-            }
-            Ok(n as f64 / secs)
-        })?;
+        let per_s = Self::guarded(&mut m, "list", |mnt| list_per_s(mnt, want, false))?;
         b.record("list", v, 1, "objects_per_s", per_s, "1/s");
         self.keep("list", v, per_s);
 
@@ -237,19 +225,7 @@ impl Env {
         // listings longer).
         b.step(&format!("list-long {v}"));
         std::thread::sleep(Duration::from_millis(1100));
-        let per_s = Self::guarded(&mut m, "list-long", |mnt| {
-            let t0 = Instant::now();
-            let mut n = 0;
-            for e in fs::read_dir(mnt.join("list"))? {
-                fs::symlink_metadata(e?.path())?;
-                n += 1;
-            }
-            let secs = t0.elapsed().as_secs_f64();
-            if n != want {
-                bail!("listed {n} objects, not {want}");
-            }
-            Ok(n as f64 / secs)
-        })?;
+        let per_s = Self::guarded(&mut m, "list-long", |mnt| list_per_s(mnt, want, true))?;
         b.record("list-long", v, 1, "objects_per_s", per_s, "1/s");
         self.keep("list-long", v, per_s);
 
@@ -358,6 +334,25 @@ impl Env {
             b.note(l);
         }
     }
+}
+
+/// Lists the mount's `list` prefix (with `long`, each entry's attributes too, as `ls -l` does):
+/// entries per second, after checking that all `want` were listed.
+fn list_per_s(mnt: &Path, want: usize, long: bool) -> anyhow::Result<f64> {
+    let t0 = Instant::now();
+    let mut n = 0;
+    for e in fs::read_dir(mnt.join("list"))? {
+        let e = e?;
+        if long {
+            fs::symlink_metadata(e.path())?;
+        }
+        n += 1;
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    if n != want {
+        bail!("listed {n} objects, not {want}");
+    }
+    Ok(n as f64 / secs)
 }
 
 /// Reads the whole file once in 1 MiB `O_DIRECT` reads, one at a time (fio); MiB/s over fio's
