@@ -135,17 +135,24 @@ fn stream(shrinker: bool, policy: ReclaimPolicy, budget: usize) -> Run {
         }
     }
     // The background thread may be between counting an eviction and uncounting the folio's
-    // frames when the stats are read: every page read once is evicted or still cached once
-    // it finishes.
+    // frames when the stats are read: once it finishes, every page read is evicted or still
+    // cached. A page evicted before its read copied it (a loaded machine) is read again and
+    // counted twice, so the sum may pass the file's pages; the figures are taken once they
+    // hold still over a few milliseconds.
     let pages = file / PAGE as u64;
-    let adds_up = |s: &CacheStats| s.vmstat.get(Event::Evictions) + s.cached_frames as u64 == pages;
+    let sum = |s: &CacheStats| s.vmstat.get(Event::Evictions) + s.cached_frames as u64;
     let mut end = cache.stats_exact();
+    let mut last = (u64::MAX, 0);
     wait_for(
-        &format!("{what}: every page read once, then evicted or still cached"),
+        &format!("{what}: every page read, then evicted or still cached"),
         Duration::from_secs(5),
         || {
+            std::thread::sleep(Duration::from_millis(4));
             end = cache.stats_exact();
-            adds_up(&end)
+            let now = (sum(&end), end.cached_frames as u64);
+            let settled = now == last && now.0 >= pages;
+            last = now;
+            settled
         },
         || format!("{:?}", cache.stats_exact()),
     );
