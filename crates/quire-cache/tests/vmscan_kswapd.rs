@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use quire::filemap::{CacheConfig, PageCache};
+use quire::filemap::{CacheConfig, PageCache, BACKGROUND_RECLAIM_MIN};
 use quire::stats::Event;
 use quire::store::{MemStore, Op, Store, StoreError};
 use quire::vmscan::ReclaimPolicy;
@@ -80,14 +80,20 @@ fn dropping_the_cache_stops_its_background_reclaim_thread() {
     }
     expect_threads("quire-kswapd", 0, "no cache yet");
 
-    // Idle caches: one thread per LRU cache, none for the clock.
+    // Idle caches: one thread per LRU cache, none for the clock, none for a cache below
+    // BACKGROUND_RECLAIM_MIN (its allocations reclaim for themselves).
     let mut caches: Vec<_> = (0..3)
-        .map(|_| PageCache::new(CacheConfig::new(1 << 20)).unwrap())
+        .map(|_| PageCache::new(CacheConfig::new(BACKGROUND_RECLAIM_MIN)).unwrap())
         .collect();
-    let mut clock = CacheConfig::new(1 << 20);
+    let mut clock = CacheConfig::new(BACKGROUND_RECLAIM_MIN);
     clock.reclaim = ReclaimPolicy::Clock;
     caches.push(PageCache::new(clock).unwrap());
-    expect_threads("quire-kswapd", 3, "three LRU caches and a clock");
+    caches.push(PageCache::new(CacheConfig::new(BACKGROUND_RECLAIM_MIN - (4 << 10))).unwrap());
+    expect_threads(
+        "quire-kswapd",
+        3,
+        "three LRU caches, a clock and a small cache",
+    );
     // A clone is another handle on the same cache.
     let clone = caches[0].clone();
     caches.truncate(1);
@@ -104,6 +110,7 @@ fn dropping_the_cache_stops_its_background_reclaim_thread() {
     // cannot free and the flusher is always busy. The cache goes away while that goes on: the
     // reader drops its handle, the last one, the moment it is told to stop.
     let mut cfg = quiet_config(1 << 20);
+    cfg.background_reclaim = true;
     cfg.readahead_max = 64 << 10;
     cfg.max_folio_order = 2;
     let cache = PageCache::new(cfg).unwrap();

@@ -392,7 +392,14 @@ fn a_loop_keeps_a_resident_share() {
 fn a_switch_adapts_within_a_few_passes() {
     // The hit ratio of every pass, turn by turn.
     let run = |policy, lp| {
-        let cache = PageCache::new(config(256, policy, lp)).unwrap();
+        // The bounds below were set with background reclaim keeping its headroom free (about
+        // 220 frames caching). A 256-frame cache reclaims in the reader by default and caches
+        // 255: the plain generations then keep more of A when B comes back — their last pass of
+        // turn 4 measured 0.78 so, where the bound is 0.9 — and the loop protection's passes
+        // are within its bound either way.
+        let mut cfg = config(256, policy, lp);
+        cfg.background_reclaim = true;
+        let cache = PageCache::new(cfg).unwrap();
         let files = [File::open(&cache, 204, 4), File::open(&cache, 204, 5)];
         let mut passes = Vec::new();
         for turn in 0..4 {

@@ -303,3 +303,55 @@ fn the_clock_keeps_every_byte() {
     drop(files);
     check_no_leak(&cache, "clock");
 }
+
+/// A cache below `BACKGROUND_RECLAIM_MIN` has no background reclaim: a reader that misses all
+/// the time reclaims for itself, a few frames at a time, and almost every frame keeps caching.
+/// With background reclaim (asked for on the same budget) the thread keeps its headroom free —
+/// at least 16 frames, up to a round of 32 more — which is what the small cache must not pay.
+#[test]
+fn a_small_cache_reclaims_in_the_reader_and_keeps_its_frames_caching() {
+    for background in [false, true] {
+        let mut cfg = CacheConfig::new(1 << 20);
+        assert!(
+            !cfg.background_reclaim,
+            "256 frames: no background reclaim by default"
+        );
+        cfg.background_reclaim = background;
+        cfg.readahead_max = 0;
+        cfg.max_folio_order = 0;
+        let cache = PageCache::new(cfg).unwrap();
+        let frames = cache.stats().frames;
+        let data = pattern(4 << 20, 7);
+        let f = cache
+            .open(Arc::new(MemStore::from_vec(data.clone())))
+            .unwrap();
+        let mut buf = vec![0u8; PAGE];
+        // The most frames held free at any look, once the cache has filled.
+        let mut most_free = 0;
+        for pass in 0..2 {
+            for off in (0..data.len()).step_by(PAGE) {
+                f.read_exact_at(off as u64, &mut buf).unwrap();
+                same(&buf, &data[off..off + PAGE], "stream");
+                if pass == 1 && off % (16 * PAGE) == 0 {
+                    most_free = most_free.max(cache.stats().free_frames);
+                }
+            }
+        }
+        let s = cache.stats_exact();
+        eprintln!(
+            "background {background}: at most {most_free} of {frames} frames free; {} direct \
+             reclaims, {} kswapd wake-ups",
+            s.vmstat.get(Event::DirectReclaims),
+            s.vmstat.get(Event::KswapdWakeups)
+        );
+        if background {
+            assert!(s.vmstat.get(Event::KswapdWakeups) > 0);
+            assert!(most_free > 5, "{most_free} free: {s:?}");
+        } else {
+            assert_eq!(s.vmstat.get(Event::KswapdWakeups), 0, "{s:?}");
+            assert!(s.vmstat.get(Event::DirectReclaims) > 0, "{s:?}");
+            // `min` (1 frame here) and one round of the reader's own (4 frames).
+            assert!(most_free <= 5, "{most_free} of {frames} frames free: {s:?}");
+        }
+    }
+}

@@ -26,6 +26,9 @@ use common::{check_no_leak, lru_total, read_all, same, wait_for, Rng, StopOnDrop
 /// A small cache where reclaim, background reclaim and the flusher never rest: 128 frames.
 fn config() -> CacheConfig {
     let mut cfg = CacheConfig::new(512 << 10);
+    // (A budget this small reclaims in the allocating threads by default: background reclaim
+    // is asked for, to race it too.)
+    cfg.background_reclaim = true;
     cfg.readahead_max = 32 << 10;
     cfg.max_folio_order = 3;
     cfg.io_threads = 1;

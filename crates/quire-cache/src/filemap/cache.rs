@@ -240,6 +240,7 @@ impl PageCache {
             largest_folio: 1 << config.max_folio_order,
             wait_policy: config.wait_policy(),
             alloc_timeout: config.alloc_timeout,
+            background_reclaim: config.background_reclaim,
         });
         let cache = Arc::new(Cache {
             pool,

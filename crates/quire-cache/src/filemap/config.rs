@@ -7,6 +7,10 @@ use crate::sync::bitwait::WaitPolicy;
 use crate::vmscan::{ReclaimPolicy, UnknownReclaimPolicy};
 use crate::xarray::AddWalks;
 
+/// The smallest budget that [`CacheConfig::new`] gives background reclaim: 4 MiB (1 024
+/// frames). See [`CacheConfig::background_reclaim`].
+pub const BACKGROUND_RECLAIM_MIN: usize = 4 << 20;
+
 /// How a [`PageCache`](super::PageCache) is set up. Sizes are in bytes. Start from
 /// [`CacheConfig::new`] and set
 /// the fields to change:
@@ -77,6 +81,16 @@ pub struct CacheConfig {
     /// [`FilemapError::NoMemory`](super::FilemapError::NoMemory) (every frame pinned by references
     /// or locks). Default 5 s.
     pub alloc_timeout: Duration,
+    /// Whether a background thread (the kernel's kswapd) reclaims ahead of the allocations,
+    /// keeping free frames between the watermarks; without it an allocation that finds the
+    /// free frames at their minimum reclaims a small batch itself. Default: on from
+    /// [`BACKGROUND_RECLAIM_MIN`] up. Background reclaim needs headroom to run ahead in —
+    /// at least 16 frames and a round of 32 — which below that size is over a twentieth of
+    /// the budget, kept free rather than caching; and a single reader that misses all the time
+    /// spends more waiting for the thread's rounds (their lock and cache lines moving between
+    /// cores) than it saves. Ignored by the clock, which always reclaims in the allocating
+    /// thread. See `vmscan::Watermarks::direct`.
+    pub background_reclaim: bool,
     /// Which reclaim runs, by name: the multi-generational LRU (`"lru-gen"`, the default), the
     /// classic active and inactive lists (`"lru"`), or the clock they replaced (`"clock"`). Set
     /// it with [`CacheConfig::with_reclaim`] or [`ReclaimPolicy::by_name`]. See
@@ -114,6 +128,7 @@ impl CacheConfig {
             #[cfg(feature = "bench-internals")]
             add_walks: AddWalks::Single,
             alloc_timeout: Duration::from_secs(5),
+            background_reclaim: capacity >= BACKGROUND_RECLAIM_MIN,
             reclaim: ReclaimPolicy::default(),
             loop_protection: true,
             #[cfg(feature = "bench-internals")]

@@ -101,7 +101,7 @@ use crate::xarray::Mark;
 pub use block_on::block_on;
 pub use cache::PageCache;
 pub(crate) use cache::{Cache, FolioPtr};
-pub use config::CacheConfig;
+pub use config::{CacheConfig, BACKGROUND_RECLAIM_MIN};
 use error::{check_range, errno_of, short_read};
 pub use error::{FilemapError, Result};
 pub(crate) use errseq::ErrSeqSince;

@@ -137,8 +137,8 @@ use super::policy::{AccessRule, Policy};
 use super::reclaim::{ScanControl, SWAP_CLUSTER_MAX};
 use super::{Lru, Owners, VmConfig, Vmscan, NR_LRU_LISTS};
 use crate::mem::folio::{
-    Folio, FolioRef, ACTIVE, ANON, DIRTY, MAX_REFS, PROBATION, RECLAIM, REFERENCED, REFS_MASK,
-    REFS_SHIFT, SWAPCACHE, WB_FAILED, WORKINGSET, WRITEBACK,
+    Folio, FolioRef, ACTIVE, ANON, DIRTY, LOCKED, MAX_REFS, PROBATION, RECLAIM, REFERENCED,
+    REFS_MASK, REFS_SHIFT, SWAPCACHE, WB_FAILED, WORKINGSET, WRITEBACK,
 };
 use crate::mem::pool::FramePool;
 use crate::stats::Event;
@@ -796,8 +796,14 @@ impl MultiGen {
                 }
                 continue;
             }
-            if !f.try_get() {
-                // Frozen (changed in place right now): leave it for the next round.
+            if flags & LOCKED != 0 || !f.try_get() {
+                // Locked (its read still in flight, or its index changing) or frozen (changed
+                // in place right now): left for the next round, a generation up, as the dirty
+                // ones are. Put back at the oldest head, it would be all a small cache's oldest
+                // generation can hold while the reads are in flight: reclaim would find only
+                // it, and `min_seq` never advance to the idle folios behind — and where the
+                // reads complete on the allocating thread itself (its own io_uring), they never
+                // would.
                 g.move_to_gen(f, next, false);
                 continue;
             }
@@ -954,6 +960,21 @@ impl Policy for MultiGen {
     }
 
     /// A folio without a generation first gets one ([`GenState::gen_for_add`]).
+    /// Not back into the oldest generation (the kernel's `evict_folios` keeps rejected folios
+    /// out of it too): a folio held while its read is in flight, or by a reader, would be put
+    /// back where reclaim takes from next, and in a small cache those can be all the oldest
+    /// generation holds — reclaim would find only them and `min_seq` never advance to the idle
+    /// folios behind.
+    fn link_rejected(&self, g: &mut LruGuard<'_>, folio: &Folio) {
+        if !folio.is_unevictable() {
+            folio.clear_probation();
+            let type_ = type_of(folio.flags());
+            let next = (g.lists.gen.min_seq[type_] + 1) % MAX_NR_GENS as u64;
+            folio.set_gen_bits(next + 1);
+        }
+        self.link(g, folio, false);
+    }
+
     fn link(&self, g: &mut LruGuard<'_>, folio: &Folio, tail: bool) {
         if !folio.is_unevictable() && folio.gen_bits() == 0 {
             // (A folio put back after reclaim took it from probation: the mark is spent.)
@@ -1194,6 +1215,7 @@ mod tests {
                 largest_folio: 1,
                 wait_policy: crate::sync::bitwait::WaitPolicy::Exact,
                 alloc_timeout: std::time::Duration::from_secs(1),
+                background_reclaim: true,
             })
         };
         // (distance, uses beyond the first, workingset) → (REFAULTED, PROBATION). (A shadow's

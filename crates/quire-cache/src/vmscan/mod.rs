@@ -128,6 +128,25 @@ impl Watermarks {
         }
     }
 
+    /// The watermarks of a budget of `frames` frames that no background thread reclaims for,
+    /// and the frames a reclaim round of an allocating thread wants at least. With nobody to
+    /// run ahead, allocations take what is free down to `min`, a 256th of the budget (at least
+    /// one frame), then reclaim for themselves in rounds of a 64th of it (4 to
+    /// `SWAP_CLUSTER_MAX` frames): so the frames held free stay under 2% of the budget, where
+    /// background reclaim's headroom — `min` plus a round of 32 — is about 48 frames, a fifth
+    /// of a 256-frame budget. `low` and `high` equal `min` (there is nothing to wake).
+    pub fn direct(frames: usize) -> (Watermarks, usize) {
+        let min = (frames / 256).max(1).min(frames / 4);
+        let batch = (frames / 64).clamp(4, reclaim::SWAP_CLUSTER_MAX);
+        let wmark = Watermarks {
+            min,
+            low: min,
+            high: min,
+            max_gap: (frames / 32).max(1),
+        };
+        (wmark, batch)
+    }
+
     fn gap(&self, order: u32) -> usize {
         let base = self.low - self.min;
         base.max((1usize << order).min(self.max_gap))
@@ -250,6 +269,9 @@ pub(crate) struct VmConfig {
     pub largest_folio: usize,
     pub wait_policy: WaitPolicy,
     pub alloc_timeout: Duration,
+    /// Whether a background thread reclaims ahead of the allocations (`CacheConfig::
+    /// background_reclaim`), for the policies that have one.
+    pub background_reclaim: bool,
 }
 
 /// One cache's reclaim state; see the [module documentation](self).
@@ -260,6 +282,12 @@ pub(crate) struct Vmscan {
     shadow_shrinker: bool,
     max_shadow_nodes: usize,
     wmark: Watermarks,
+    /// A background thread reclaims ahead of the allocations (the policy has one, and the
+    /// configuration asks for it); without it allocations reclaim for themselves.
+    background: bool,
+    /// Frames a reclaim round in an allocating thread wants at least (see
+    /// [`Watermarks::direct`]).
+    direct_batch: usize,
     wait_policy: WaitPolicy,
     alloc_timeout: Duration,
     /// The lists, and the policy that says where folios go on them.
@@ -276,14 +304,21 @@ pub(crate) struct Vmscan {
 
 impl Vmscan {
     pub(crate) fn new(c: VmConfig) -> Vmscan {
-        let wmark = Watermarks::for_frames(c.frames);
         let policy = c.policy.build(&c);
+        let background = c.background_reclaim && policy.background_reclaim();
+        let (wmark, direct_batch) = if background {
+            (Watermarks::for_frames(c.frames), reclaim::SWAP_CLUSTER_MAX)
+        } else {
+            Watermarks::direct(c.frames)
+        };
         Vmscan {
             access_rule: policy.access_rule(),
             workingset: c.workingset,
             shadow_shrinker: c.shadow_shrinker,
             max_shadow_nodes: (c.frames / 16).max(1),
             wmark,
+            background,
+            direct_batch,
             wait_policy: c.wait_policy,
             alloc_timeout: c.alloc_timeout,
             lruvec: Lruvec::new(lru_gen::GenState::new(c.frames), policy),
@@ -330,7 +365,7 @@ impl Vmscan {
         &self,
         target: std::sync::Weak<dyn kswapd::Balance>,
     ) -> std::io::Result<()> {
-        if self.policy().background_reclaim() {
+        if self.background {
             self.kswapd.spawn(target)?;
         }
         Ok(())
@@ -390,6 +425,7 @@ pub mod model {
                 largest_folio: 1,
                 wait_policy: crate::sync::bitwait::WaitPolicy::Exact,
                 alloc_timeout: std::time::Duration::from_secs(1),
+                background_reclaim: true,
             }))
         }
 
@@ -450,6 +486,7 @@ pub mod model {
                 largest_folio: 1,
                 wait_policy: crate::sync::bitwait::WaitPolicy::Exact,
                 alloc_timeout: std::time::Duration::from_secs(1),
+                background_reclaim: true,
             }))
         }
 

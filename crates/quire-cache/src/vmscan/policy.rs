@@ -88,6 +88,13 @@ pub(crate) trait Policy: fmt::Debug + Send + Sync {
         vm.queue_rotate(pool, folio);
     }
 
+    /// Links a folio reclaim isolated but could not free because someone else held it (locked,
+    /// or referenced beyond its owner's index), under the LRU lock. By default as any putback:
+    /// at the head of its list.
+    fn link_rejected(&self, g: &mut LruGuard<'_>, folio: &Folio) {
+        g.add(folio, false);
+    }
+
     /// Applies a queued rotation under the LRU lock: to where reclaim takes from next (for the
     /// classic lists, the inactive tail).
     fn rotate(&self, g: &mut LruGuard<'_>, folio: &Folio) {

@@ -142,12 +142,15 @@ impl Vmscan {
     ) -> usize {
         let mut reclaimed = 0;
         let mut keep = Vec::with_capacity(folios.len());
+        // Kept only because someone else holds them (locked, or referenced beyond the index):
+        // the policy puts these back where reclaim does not come straight back to them.
+        let mut rejected = Vec::new();
         for f in folios {
             let nr = f.nr_frames();
             let mut g = match f.try_lock_with(self.wait_policy) {
                 Ok(g) => g,
                 Err(f) => {
-                    keep.push(f);
+                    rejected.push(f);
                     continue;
                 }
             };
@@ -217,10 +220,19 @@ impl Vmscan {
                 reclaimed += nr;
                 drop(g);
             } else {
-                keep.push(g.unlock());
+                rejected.push(g.unlock());
             }
         }
         self.putback(pool, keep);
+        if !rejected.is_empty() {
+            let mut g = self.lruvec.lock(pool);
+            for f in &rejected {
+                if f.mapping() != 0 && !f.is_lru() {
+                    self.policy().link_rejected(&mut g, f);
+                }
+            }
+        }
+        drop(rejected);
         if reclaimed > 0 {
             self.counters.add(Event::PgSteal, reclaimed as u64);
         }
@@ -431,7 +443,7 @@ impl Vmscan {
         );
         loop {
             self.counters.count(Event::DirectReclaims);
-            let want = (2usize << order).max(SWAP_CLUSTER_MAX);
+            let want = (2usize << order).max(self.direct_batch);
             let freed = self.try_to_free_pages(pool, owners, want);
             for o in (0..=order).rev() {
                 if let Some(f) = pool.alloc(o) {
@@ -481,7 +493,7 @@ impl Vmscan {
         order: u32,
     ) -> Option<FolioRef<'p>> {
         let free = pool.free_frames_hint();
-        if free < self.wmark.low_for(order) {
+        if self.background && free < self.wmark.low_for(order) {
             self.kswapd.wake(order, &self.counters);
         }
         if free <= self.wmark.min {
@@ -490,7 +502,7 @@ impl Vmscan {
         if let Some(f) = pool.alloc(order) {
             return Some(f);
         }
-        if order > 0 {
+        if order > 0 && self.background {
             self.kswapd.wake(order, &self.counters);
         }
         (0..order).rev().find_map(|o| pool.alloc(o))

@@ -20,8 +20,9 @@
 //! The explanation above the tables says what `opt` is a ceiling of (Belady's replacement with
 //! every missed page inserted: a cache that keeps every page it reads; the peers that may
 //! refuse an insert, `peers.rs`, can go above it), that quire's caches hold a little less than
-//! their budget (the reserve of free frames its watermarks keep: at least 16 frames, about 6%
-//! of a 256-entry cache) while OPT and the libraries hold exactly their capacity, and, where
+//! their budget (the free frames its watermarks keep: under 2% below 4 MiB, where the reader
+//! reclaims for itself, a few tenths of a percent above, where background reclaim keeps a
+//! headroom) while OPT and the libraries hold exactly their capacity, and, where
 //! the replay read ahead, that quire's hit ratios then count the pages it read ahead (used or
 //! not) while the others simulate the accesses alone: that caveat is recorded in the report
 //! too (`caveats`).
@@ -344,8 +345,9 @@ fn opt_explained() -> String {
 const SUMMARY_EXPLAINED: &str = "summary per size against exact-lru: mean miss-ratio reduction \
 (mr_lru - mr_v) / mr_lru over the traces, rank by it, and cells where a variant misses more \
 than exact-lru by over 1% and over 5% (from the integer miss counts). quire keeps a reserve of \
-free frames (its watermarks: at least 16 frames, about 6% of a 256-entry cache), so it holds \
-slightly fewer entries than its budget; opt and the libraries hold exactly their capacity\n";
+free frames (its watermarks: under 2% of a budget below 4 MiB, where the reader reclaims for \
+itself; at least 16 frames above, where background reclaim runs ahead), so it holds slightly \
+fewer entries than its budget; opt and the libraries hold exactly their capacity\n";
 
 /// The tables of `r`: one per trace, then one summary per size.
 pub fn render(r: &TraceReport) -> String {

@@ -95,8 +95,9 @@
 //! variants and the libraries that insert every miss (`peers.rs`) — not of one that may refuse
 //! a new entry (the W-TinyLFU admission of foyer's `w-tinylfu` and of `moka`), which can go
 //! above it (capacity 1, `A B A`: OPT inserts B and misses three times, refusing B hits once).
-//! quire keeps a few frames free (its watermarks' reserve: at least 16 frames), so it holds a
-//! little less than the budget; OPT and the libraries hold exactly the cell's entries. The
+//! quire keeps a few frames free (its watermarks' reserve: under 2% of a budget below 4 MiB,
+//! where the reader reclaims for itself; at least 16 frames above), so it holds a little less
+//! than the budget; OPT and the libraries hold exactly the cell's entries. The
 //! libraries' accounting is a simulator's (`peers.rs`): a lookup per access, an insert on a
 //! miss. Every figure counts the whole trace: cold misses are misses for all. A one-line
 //! summary per variant is printed on standard error as it finishes.
@@ -124,8 +125,8 @@ use super::summary::{CellInfo, SkippedCell};
 use super::workload::{opt_hits, CountingStore, SyntheticStore};
 use super::{PAGE, QUIRE};
 
-/// The smallest budget a replay takes, as `quire mount --capacity`: below it the reserve
-/// reclaim keeps free (at least 16 frames) is a large share of the cache.
+/// The smallest budget a replay takes, as `quire mount --capacity`: below it even the few
+/// frames reclaim keeps free are a large share of the cache.
 pub const MIN_BUDGET: u64 = 1 << 20;
 
 /// The most page accesses a trace may expand to: 2^31. The replay holds 4 bytes per access
