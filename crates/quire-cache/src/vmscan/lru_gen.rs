@@ -959,7 +959,6 @@ impl Policy for MultiGen {
         AccessRule::CountUses
     }
 
-    /// A folio without a generation first gets one ([`GenState::gen_for_add`]).
     /// Not back into the oldest generation (the kernel's `evict_folios` keeps rejected folios
     /// out of it too): a folio held while its read is in flight, or by a reader, would be put
     /// back where reclaim takes from next, and in a small cache those can be all the oldest
@@ -975,6 +974,7 @@ impl Policy for MultiGen {
         self.link(g, folio, false);
     }
 
+    /// A folio without a generation first gets one ([`GenState::gen_for_add`]).
     fn link(&self, g: &mut LruGuard<'_>, folio: &Folio, tail: bool) {
         if !folio.is_unevictable() && folio.gen_bits() == 0 {
             // (A folio put back after reclaim took it from probation: the mark is spent.)
