@@ -73,8 +73,9 @@
 //! grows; one evicted from the generations that comes back within reach would have been kept
 //! had the generations had more room, so it shrinks (by an eighth of itself either way, at
 //! least the folio's size, between its floor and 1/2 of the budget: a large cache evicts too
-//! little over a trace for steps of one frame to get anywhere). The target starts at its floor, room for two of the cache's largest folios (a
-//! stream's folio being read and the one read ahead), at most 1/16 of the budget and at least
+//! little over a trace for steps of one frame to get anywhere). The target starts at its
+//! floor, room for two of the cache's largest folios (a stream's folio being read and the one
+//! read ahead), at most 1/16 of the budget and at least
 //! 1/256 of it: whatever probation holds beyond it, the generations cannot hold, and a loop's
 //! generations keep the size they had when the cache first filled.
 //!
@@ -372,10 +373,10 @@ impl Feedback {
 
     /// Adapts the probation target to a refault of `nr` frames at `distance` (the cold
     /// allocation of CLOCK-Pro, the `p` of ARC): a folio evicted from probation that comes back
-    /// within twice the target (and within the type's resident frames, or the target itself) would have been kept by
-    /// a probation a few times as long — the target grows; a folio evicted from the generations
-    /// that comes back within the type's resident frames would have been kept had the
-    /// generations had more room — it shrinks.
+    /// within twice the target (and within the type's resident frames, or the target itself)
+    /// would have been kept by a probation a few times as long — the target grows; a folio
+    /// evicted from the generations that comes back within the type's resident frames would
+    /// have been kept had the generations had more room — it shrinks.
     ///
     /// Each step is an eighth of the target (at least the folio's frames), both ways, so that
     /// the target finds its level in a number of refaults that does not grow with the budget:
@@ -383,8 +384,9 @@ impl Feedback {
     /// its own size over the whole trace), and one frame per refault, within the target's
     /// length only, left its recency-friendly traces with a probation of a few dozen frames and
     /// 5–11% more misses than exact LRU. Steps of the same size both ways keep it from running
-    /// away: growing by an eighth and shrinking by one frame took a tenth off the mean miss-ratio
-    /// reduction at 10% caches. What each rule measured is in docs/bench/suites.md (evict).
+    /// away: growing by an eighth and shrinking by one frame put the tuning set's 10% caches
+    /// 6% below exact LRU's miss ratio. What each rule measured is in docs/bench/suites.md
+    /// (evict).
     fn adapt_probation(&self, from_probation: bool, distance: u64, resident: u64, nr: u64) {
         let t = &self.probation_target;
         let (lo, hi) = self.probation_bounds;
