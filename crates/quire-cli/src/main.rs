@@ -158,6 +158,14 @@ enum Command {
         /// setting is never changed without this.
         #[arg(long)]
         fuse_uring: bool,
+        /// How the daemon's threads are scheduled: `idle` (SCHED_IDLE: a program woken by a
+        /// reply stays on its CPU, where the normal policy moves it to an idle one, which costs
+        /// more than the rest of a cached read), `normal`, or `auto`: idle where the daemon's
+        /// scheduling group is its own (detached, with autogroups on; or alone in its cpu
+        /// cgroup), else normal, since a SCHED_IDLE daemon sharing a group with busy programs
+        /// would wait for them. `quire stat` and the log say which, and why.
+        #[arg(long, value_name = "POLICY", default_value = "auto")]
+        sched: quire_fuse::sched::SchedChoice,
         /// Which file system to serve (the others are the `fuse` benchmark's comparisons).
         #[arg(long, value_enum, default_value = "quire", hide = true)]
         kind: mount::Kind,
@@ -257,6 +265,7 @@ fn main() -> anyhow::Result<()> {
             dev,
             channel,
             fuse_uring,
+            sched,
             kind,
             staging,
             retry_timeout,
@@ -272,6 +281,7 @@ fn main() -> anyhow::Result<()> {
             dev,
             channel,
             fuse_uring,
+            sched,
             kind,
             staging,
             retry_timeout,

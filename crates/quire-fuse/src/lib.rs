@@ -15,6 +15,8 @@
 //!   changes made behind the mount.
 //! - [`mount`]: mounting, choosing the channel (FUSE over io_uring where the kernel offers
 //!   it, else the classic `/dev/fuse`), serving until unmounted or signalled, unmounting.
+//! - [`sched`]: the daemon's threads at `SCHED_IDLE` where its scheduling group is its own, so
+//!   that a reply does not move the program it wakes to another CPU.
 //! - [`stats`]: the counters `quire stat` reads.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
@@ -27,6 +29,7 @@ pub mod fs;
 pub mod mount;
 pub mod nodes;
 mod ring;
+pub mod sched;
 pub mod serve;
 pub mod stats;
 

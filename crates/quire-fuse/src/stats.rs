@@ -27,6 +27,18 @@ pub struct Channel {
 
 static CHANNEL: parking_lot::Mutex<Option<Channel>> = parking_lot::Mutex::new(None);
 
+static SCHED: parking_lot::Mutex<Option<crate::sched::Sched>> = parking_lot::Mutex::new(None);
+
+/// Records the policy the daemon's threads run under.
+pub(crate) fn set_sched(s: crate::sched::Sched) {
+    *SCHED.lock() = Some(s);
+}
+
+/// The policy the daemon's threads run under, once set.
+pub fn sched() -> Option<crate::sched::Sched> {
+    SCHED.lock().clone()
+}
+
 /// Counts the requests served through the rings.
 type RingCounter = std::sync::Arc<dyn Fn() -> u64 + Send + Sync>;
 
@@ -184,6 +196,10 @@ impl FsCounters {
             let served = RING_SERVED.lock().clone();
             let _ = writeln!(out, "fuse_ring_requests {}", served.map_or(0, |f| f()));
             let _ = writeln!(out, "fuse_channel {c}");
+        }
+        if let Some(s) = sched() {
+            let _ = writeln!(out, "fuse_sched_idle {}", u8::from(s.idle));
+            let _ = writeln!(out, "fuse_sched {s}");
         }
     }
 }

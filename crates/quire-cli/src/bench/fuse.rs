@@ -8,6 +8,10 @@
 //!   Every variant's daemon takes the mount's default channel: FUSE over io_uring where the
 //!   kernel offers it (the suite prints which).
 //! - `quire-classic`: the same on the classic `/dev/fuse` channel (`--channel classic`).
+//! - `quire-normal`: the same with the daemon's threads at the normal scheduling policy
+//!   (`--sched normal`), where every other daemon runs them at `SCHED_IDLE` (`quire_fuse::sched`:
+//!   each daemon leads a session of its own, as a detached `quire mount` does, so that it has an
+//!   autogroup of its own where autogroups are on; the suite prints the policy `quire` got).
 //! - `passthrough`: quire's file system without its data cache (`quire_fuse::Passthrough`: the
 //!   same metadata operations, every read and write straight to the backing file), direct I/O
 //!   opens, no cache in the daemon: reads are `pread`s served by the kernel's page cache of the
@@ -57,6 +61,7 @@
 
 use std::fs::{self, File};
 use std::io::Write;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -80,22 +85,24 @@ mod programs;
 
 /// Every variant: those of the fio cases and stat walk, and `ext4`, the program cases' name for
 /// the backing directory used directly.
-const VARIANTS: [&str; 7] = [
+const VARIANTS: [&str; 8] = [
     "kernel",
     "empty",
     "passthrough",
     "passthrough-cached",
     "quire-classic",
+    "quire-normal",
     "quire",
     "ext4",
 ];
 /// The variants of the fio cases and the stat walk.
-const FIO_VARIANTS: [&str; 6] = [
+const FIO_VARIANTS: [&str; 7] = [
     "kernel",
     "empty",
     "passthrough",
     "passthrough-cached",
     "quire-classic",
+    "quire-normal",
     "quire",
 ];
 const JOBS: [usize; 2] = [1, 4];
@@ -175,9 +182,22 @@ fn run(b: &mut Bench) -> anyhow::Result<()> {
     }
     fs::create_dir(src.join("w"))?;
 
-    // Can we mount at all? (Privileges, fusermount3.)
-    match Daemon::start("empty", &src, &mnt, sz.budget, None, &[]) {
-        Ok(d) => d.stop()?,
+    // Can we mount at all? (Privileges, fusermount3.) And which scheduling policy does the
+    // mount's default give its threads here?
+    match Daemon::start("quire", &src, &mnt, sz.budget, None, &[]) {
+        Ok(d) => {
+            let policy = crate::mount::read_stats(&mnt).ok().and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("fuse_sched ").map(str::to_string))
+            });
+            b.progress.println(format!(
+                "fuse: scheduling of the daemons but `quire-normal`: {}",
+                policy
+                    .as_deref()
+                    .unwrap_or("unknown (no fuse_sched in `quire stat`)")
+            ));
+            d.stop()?
+        }
         Err(e) => {
             b.progress
                 .println(format!("fuse: skipped: cannot mount here: {e:#}"));
@@ -220,6 +240,7 @@ fn fio_cases(b: &mut Bench, env: &mut Env) -> anyhow::Result<()> {
     ] {
         b.compare(case, "passthrough", "quire");
         b.compare(case, "quire-classic", "quire");
+        b.compare(case, "quire-normal", "quire");
         if case == "wal-append" {
             b.compare(case, "kernel", "quire");
         }
@@ -363,15 +384,32 @@ impl Daemon {
             None => Command::new(&exe),
         };
         // `K-classic`: the same daemon on the classic /dev/fuse channel; every other variant
-        // gets the mount's default channel (io_uring where the kernel offers it).
+        // gets the mount's default channel (io_uring where the kernel offers it). `K-normal`:
+        // its threads at the normal scheduling policy; every other variant gets the mount's
+        // default (`SCHED_IDLE` where its scheduling group is its own).
         let (kind, channel) = match kind.strip_suffix("-classic") {
             Some(k) => (k, "classic"),
             None => (kind, "auto"),
         };
+        let (kind, sched) = match kind.strip_suffix("-normal") {
+            Some(k) => (k, "normal"),
+            None => (kind, "auto"),
+        };
+        // A session of its own, as a detached `quire mount` has (it calls `setsid`): with
+        // autogroups on, its own scheduling group.
+        // SAFETY: `setsid` is async-signal-safe and touches no memory of the parent.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::setsid();
+                Ok(())
+            });
+        }
         cmd.arg("mount")
             .arg("--foreground")
             .arg("--channel")
             .arg(channel)
+            .arg("--sched")
+            .arg(sched)
             .arg("--kind")
             .arg(kind)
             .arg("--capacity")

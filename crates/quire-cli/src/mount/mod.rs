@@ -43,6 +43,8 @@ pub struct MountArgs {
     pub channel: Option<quire_fuse::ChannelChoice>,
     /// Turn the kernel's FUSE over io_uring on if it is off (root).
     pub fuse_uring: bool,
+    /// The daemon threads' scheduling policy.
+    pub sched: quire_fuse::sched::SchedChoice,
     pub kind: Kind,
     /// Object store mounts: the staging directory.
     pub staging: Option<PathBuf>,
@@ -179,6 +181,9 @@ fn redirect_stdio() {
 fn run(a: &MountArgs, ready: impl FnOnce()) -> anyhow::Result<()> {
     // Before the page cache starts its threads: they must not take the stop signals.
     quire_fuse::mount::block_stop_signals().context("blocking the stop signals")?;
+    // Before the first thread too: every thread inherits the policy.
+    let sched = quire_fuse::sched::apply(a.sched);
+    eprintln!("quire: scheduling: {sched}");
     let mut opts = MountOptions::new(format!("quire:{}", a.src.display()));
     if let Some(t) = a.threads {
         opts.threads = t.max(1);

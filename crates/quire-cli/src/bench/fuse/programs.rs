@@ -1,5 +1,6 @@
 //! The `fuse` suite's real-program cases: a database whose files live in the mount, run on
-//! `quire` (and `quire-classic`, the same mount on the classic channel), `passthrough` and `ext4`
+//! `quire` (and `quire-classic`, the same mount on the classic channel, and `quire-normal`, its
+//! threads at the normal scheduling policy), `passthrough` and `ext4`
 //! (the backing directory itself, the database's server in a
 //! memory group of the budget plus [`HEADROOM`], as the `kernel` variant runs fio).
 //!
@@ -34,7 +35,13 @@ use super::super::Bench;
 use super::{warm_pool, Daemon, Env};
 
 /// The variants of the program cases.
-pub(super) const VARIANTS: [&str; 4] = ["quire-classic", "quire", "passthrough", "ext4"];
+pub(super) const VARIANTS: [&str; 5] = [
+    "quire-classic",
+    "quire-normal",
+    "quire",
+    "passthrough",
+    "ext4",
+];
 
 /// The steps the program cases take (for the progress bar).
 pub(super) const STEPS: usize = 2 * VARIANTS.len();
@@ -80,6 +87,7 @@ pub(super) fn run(b: &mut Bench, env: &Env) {
         Ok(pg) => {
             b.compare("pgbench", "ext4", "quire");
             b.compare("pgbench", "quire-classic", "quire");
+            b.compare("pgbench", "quire-normal", "quire");
             for v in VARIANTS {
                 if !b.wants(v) {
                     continue;
@@ -98,6 +106,7 @@ pub(super) fn run(b: &mut Bench, env: &Env) {
             for case in ["db_bench-fill", "db_bench-readrandom", "db_bench-readseq"] {
                 b.compare(case, "ext4", "quire");
                 b.compare(case, "quire-classic", "quire");
+                b.compare(case, "quire-normal", "quire");
             }
             for v in VARIANTS {
                 if !b.wants(v) {
@@ -161,7 +170,7 @@ fn on_variant<T>(
                 (r, _) => r,
             }
         }
-        "quire" | "quire-classic" => {
+        "quire" | "quire-classic" | "quire-normal" => {
             let d = Daemon::start(
                 variant,
                 &env.src,
