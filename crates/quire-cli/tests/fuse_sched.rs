@@ -169,3 +169,37 @@ fn a_mount_sharing_its_session_keeps_the_normal_policy_unless_told() {
         );
     }
 }
+
+#[test]
+fn an_object_store_mount_keeps_the_normal_policy_unless_told() {
+    if let Err(e) = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/fuse")
+    {
+        return skip(&format!("/dev/fuse cannot be opened: {e}"));
+    }
+    let dir = Scratch::new("sched-object");
+    for (sched, idle) in [("auto", false), ("idle", true)] {
+        let mnt = dir.path(&format!("mnt-{sched}"));
+        fs::create_dir(&mnt).unwrap();
+        let m = match Mount::start_with(Path::new("memory:///"), &mnt, "32M", &["--sched", sched]) {
+            Ok(m) => m,
+            Err(why) => return skip(&why),
+        };
+        let s = stat(&mnt);
+        assert_eq!(
+            line(&s, "fuse_sched_idle"),
+            if idle { "1" } else { "0" },
+            "{s}"
+        );
+        if !idle {
+            assert!(line(&s, "fuse_sched").contains("object store mount"), "{s}");
+        }
+        exercise(&mnt);
+        assert!(
+            m.unmount().success(),
+            "--sched {sched}: the daemon exits cleanly"
+        );
+    }
+}

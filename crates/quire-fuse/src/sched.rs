@@ -102,6 +102,17 @@ fn choose_and_set(choice: SchedChoice) -> Sched {
     s
 }
 
+/// Records the normal policy, kept for `why`, without asking the group: for a file system where
+/// `SCHED_IDLE` was not measured to help (see `quire mount`'s object store mounts).
+pub fn keep_normal(why: &str) -> Sched {
+    let s = Sched {
+        idle: false,
+        why: why.to_string(),
+    };
+    crate::stats::set_sched(s.clone());
+    s
+}
+
 /// Sets `SCHED_IDLE` on the calling thread.
 fn set_idle() -> std::io::Result<()> {
     let param = libc::sched_param { sched_priority: 0 };

@@ -515,6 +515,15 @@ impl Serve for ObjectFs {
                 "fuse_ring_buffer_bytes {ring}\nmemory_mount_budget_bytes {}\n",
                 memory.budget + ring
             ));
+            if let Some(c) = quire_fuse::stats::channel() {
+                text.push_str(&format!("fuse_channel {c}\n"));
+            }
+            if let Some(s) = quire_fuse::stats::sched() {
+                text.push_str(&format!(
+                    "fuse_sched_idle {}\nfuse_sched {s}\n",
+                    u8::from(s.idle)
+                ));
+            }
             return Ok(Xattr::Value(text.into_bytes()));
         }
         Ok(Xattr::NoValue(Errno::ENODATA))
