@@ -163,8 +163,8 @@ enum Command {
         /// more than the rest of a cached read), `normal`, or `auto`: idle where the daemon's
         /// scheduling group is its own (detached, with autogroups on; or alone in its cpu
         /// cgroup), else normal, since a SCHED_IDLE daemon sharing a group with busy programs
-        /// would wait for them. Object store mounts: normal unless `idle`. `quire stat` and the
-        /// log say which, and why.
+        /// would wait for them. Object store mounts: normal unless `idle`. `quire stat` (and the
+        /// log, with --foreground) says which, and why.
         #[arg(long, value_name = "POLICY", default_value = "auto")]
         sched: quire_fuse::sched::SchedChoice,
         /// Which file system to serve (the others are the `fuse` benchmark's comparisons).

@@ -9,20 +9,23 @@
 //! rest of the round trip (two threads handing a byte back and forth through pipes take about
 //! 2.4–3.9 µs a round on one CPU of the 2-core development VM and 12.5 µs across its two). A CPU
 //! that runs only `SCHED_IDLE` tasks counts as idle for that choice, so the requester is woken
-//! where it was and runs as soon as the serving thread goes back to waiting: the whole round trip
-//! stays on one CPU.
+//! where it was, and runs at once (a waking task of another policy preempts a `SCHED_IDLE` one):
+//! the whole round trip stays on one CPU.
 //!
 //! `SCHED_IDLE` also gives a thread the least weight against the other tasks of its scheduling
 //! group. Alone in its group, the daemon's threads compete only with each other (all of them
 //! `SCHED_IDLE`, so fairly: the policy is set before the first thread starts, and threads inherit
-//! it), and the group competes with the other groups as any group does: the daemon gets the CPU
-//! it got before. Sharing a group with busy tasks, its threads would run only when those sleep —
-//! a priority inversion for the programs waiting on the mount. So [`SchedChoice::Auto`] takes
-//! `SCHED_IDLE` only where the daemon's group is its own ([`own_group`]):
-//! - its `cpu` cgroup is the root, autogroups are on (`kernel.sched_autogroup_enabled`), and it
-//!   leads its session: a detached `quire mount` calls `setsid`, which makes its autogroup;
-//! - or its `cpu` cgroup is not the root and holds no other process and no child group (a
-//!   service's own cgroup).
+//! it), and the group's share of the CPU against other groups is that of any group. Sharing a
+//! group with busy tasks, its threads would run only when those sleep — a priority inversion for
+//! the programs waiting on the mount. So [`SchedChoice::Auto`] takes `SCHED_IDLE` only where the
+//! daemon's group is its own ([`own_group`]), as far as it can tell when the mount starts (a
+//! process that joins the group later is not seen):
+//! - its `cpu` cgroup is the root of the initial cgroup namespace (inside a container's
+//!   namespace, the root shown is the container's group, and autogroups do not apply there),
+//!   autogroups are on (`kernel.sched_autogroup_enabled`), and it leads its session: a detached
+//!   `quire mount` calls `setsid`, which makes its autogroup;
+//! - or its `cpu` cgroup is not the root and holds no other process (the parent of a detached
+//!   daemon, about to exit, aside) and no child group: a service's own cgroup.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -74,51 +77,72 @@ impl std::fmt::Display for Sched {
 /// Chooses the policy for `choice`, sets it on the calling thread, and records it for `quire
 /// stat`. Call it before any thread of the daemon starts: threads inherit the policy, and it must
 /// be the same for all of them (see the module documentation).
-pub fn apply(choice: SchedChoice) -> Sched {
-    let s = choose_and_set(choice);
+///
+/// `parent_exits`: this process is a detached daemon whose parent waits for the mount and then
+/// exits, so the parent does not count as sharing the group.
+pub fn apply(choice: SchedChoice, parent_exits: bool) -> Sched {
+    let s = choose_and_set(choice, parent_exits);
     crate::stats::set_sched(s.clone());
     s
 }
 
 /// [`apply`] without the record.
-fn choose_and_set(choice: SchedChoice) -> Sched {
-    let wanted = match choice {
-        SchedChoice::Normal => Err("asked for (--sched normal)".to_string()),
-        SchedChoice::Idle => Ok("asked for (--sched idle)".to_string()),
-        SchedChoice::Auto => own_group().map_err(|why| {
-            format!("{why}: a SCHED_IDLE daemon would wait behind the group's other tasks")
-        }),
-    };
-    let s = match wanted {
-        Ok(why) => match set_idle() {
-            Ok(()) => Sched { idle: true, why },
-            Err(e) => Sched {
-                idle: false,
-                why: format!("{why}, but sched_setscheduler(SCHED_IDLE) failed: {e}"),
-            },
+fn choose_and_set(choice: SchedChoice, parent_exits: bool) -> Sched {
+    let why = match choice {
+        SchedChoice::Normal => {
+            let why = "asked for (--sched normal)".to_string();
+            return match set_policy(libc::SCHED_OTHER) {
+                Ok(()) => observed(why),
+                Err(e) => observed(format!(
+                    "{why}, but sched_setscheduler(SCHED_OTHER) failed: {e}"
+                )),
+            };
+        }
+        SchedChoice::Idle => "asked for (--sched idle)".to_string(),
+        SchedChoice::Auto => match own_group(parent_exits) {
+            Ok(why) => why,
+            Err(why) => {
+                return observed(format!(
+                    "{why}: a SCHED_IDLE daemon would wait behind the group's other tasks"
+                ))
+            }
         },
-        Err(why) => Sched { idle: false, why },
     };
-    s
+    match set_policy(libc::SCHED_IDLE) {
+        Ok(()) => observed(why),
+        Err(e) => observed(format!(
+            "{why}, but sched_setscheduler(SCHED_IDLE) failed: {e}"
+        )),
+    }
 }
 
-/// Records the normal policy, kept for `why`, without asking the group: for a file system where
-/// `SCHED_IDLE` was not measured to help (see `quire mount`'s object store mounts).
-pub fn keep_normal(why: &str) -> Sched {
-    let s = Sched {
-        idle: false,
-        why: why.to_string(),
+/// The policy the calling thread has now, with `why`.
+fn observed(why: String) -> Sched {
+    // SAFETY: reads the calling thread's policy; no memory is passed.
+    let policy = unsafe { libc::sched_getscheduler(0) };
+    let idle = policy == libc::SCHED_IDLE;
+    let why = match policy {
+        libc::SCHED_OTHER | libc::SCHED_IDLE => why,
+        p => format!("{why} (kept the policy it was started with, {p})"),
     };
+    Sched { idle, why }
+}
+
+/// Leaves the policy the daemon was started with (normally the normal one), without asking the
+/// group, and records it with `why`: for a file system where `SCHED_IDLE` was not measured to
+/// help (`quire mount`'s object store mounts).
+pub fn keep_normal(why: &str) -> Sched {
+    let s = observed(why.to_string());
     crate::stats::set_sched(s.clone());
     s
 }
 
-/// Sets `SCHED_IDLE` on the calling thread.
-fn set_idle() -> std::io::Result<()> {
+/// Sets `policy` (priority 0) on the calling thread.
+fn set_policy(policy: libc::c_int) -> std::io::Result<()> {
     let param = libc::sched_param { sched_priority: 0 };
     // SAFETY: `param` is a valid `sched_param` for the call's duration; pid 0 is the calling
     // thread, and the call changes nothing but its scheduling policy.
-    let r = unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
+    let r = unsafe { libc::sched_setscheduler(0, policy, &param) };
     if r == 0 {
         Ok(())
     } else {
@@ -126,13 +150,25 @@ fn set_idle() -> std::io::Result<()> {
     }
 }
 
+/// The inode of the initial cgroup namespace (`PROC_CGROUP_INIT_INO`).
+const INITIAL_CGROUP_NS: &str = "cgroup:[4026531835]";
+
 /// Whether this process has a scheduling group of its own (see the module documentation):
-/// `Ok(what the group is)` or `Err(why not)`.
-pub fn own_group() -> Result<String, String> {
+/// `Ok(what the group is)` or `Err(why not)`. `parent_exits` as for [`apply`].
+pub fn own_group(parent_exits: bool) -> Result<String, String> {
     let cgroup = fs::read_to_string("/proc/self/cgroup")
         .map_err(|e| format!("/proc/self/cgroup unreadable ({e})"))?;
     let (hier, path) = cpu_cgroup(&cgroup).ok_or("no cpu cgroup in /proc/self/cgroup")?;
     if path == "/" {
+        let ns = fs::read_link("/proc/self/ns/cgroup")
+            .map_err(|e| format!("/proc/self/ns/cgroup unreadable ({e})"))?;
+        if ns.as_os_str() != INITIAL_CGROUP_NS {
+            return Err(format!(
+                "in cgroup namespace {} (a container's): the root it shows is a group \
+                 shared with the container's processes",
+                ns.display()
+            ));
+        }
         return autogroup();
     }
     let mountinfo = fs::read_to_string("/proc/self/mountinfo")
@@ -145,7 +181,9 @@ pub fn own_group() -> Result<String, String> {
             "cgroup {path} has no cpu controller of its own (the group is an ancestor's)"
         ));
     }
-    alone_in(&dir).map(|()| format!("alone in cpu cgroup {path}"))
+    let ignore = parent_exits.then(rustix::process::getppid).flatten();
+    let ignore = ignore.map(|p| p.as_raw_nonzero().get());
+    alone_in(&dir, ignore).map(|()| format!("alone in cpu cgroup {path}"))
 }
 
 /// The root cgroup's case: an autogroup of its own (autogroups on, and this process leads its
@@ -214,14 +252,16 @@ fn controls_cpu(dir: &Path) -> bool {
         .is_ok_and(|s| s.split_whitespace().any(|c| c == "cpu"))
 }
 
-/// Whether the cgroup at `dir` holds this process alone: no other process, no child group.
-fn alone_in(dir: &Path) -> Result<(), String> {
+/// Whether the cgroup at `dir` holds this process alone (`ignore`, a process about to exit,
+/// aside): no other process, no child group.
+fn alone_in(dir: &Path, ignore: Option<i32>) -> Result<(), String> {
     let procs = fs::read_to_string(dir.join("cgroup.procs"))
         .map_err(|e| format!("{}: unreadable ({e})", dir.display()))?;
     let me = rustix::process::getpid().as_raw_nonzero().get();
     let others = procs
         .split_whitespace()
-        .filter(|p| p.parse::<i32>().ok() != Some(me))
+        .filter_map(|p| p.parse::<i32>().ok())
+        .filter(|&p| p != me && Some(p) != ignore)
         .count();
     if others > 0 {
         return Err(format!(
@@ -289,13 +329,15 @@ mod tests {
         fs::create_dir_all(&dir).unwrap();
         let me = std::process::id();
         fs::write(dir.join("cgroup.procs"), format!("{me}\n")).unwrap();
-        assert_eq!(alone_in(&dir), Ok(()));
+        assert_eq!(alone_in(&dir, None), Ok(()));
         fs::write(dir.join("cgroup.procs"), format!("1\n{me}\n")).unwrap();
-        let e = alone_in(&dir).unwrap_err();
+        let e = alone_in(&dir, None).unwrap_err();
         assert!(e.contains("1 other process"), "{e}");
+        // The parent of a detached daemon, about to exit, aside.
+        assert_eq!(alone_in(&dir, Some(1)), Ok(()));
         fs::write(dir.join("cgroup.procs"), format!("{me}\n")).unwrap();
         fs::create_dir(dir.join("child")).unwrap();
-        let e = alone_in(&dir).unwrap_err();
+        let e = alone_in(&dir, None).unwrap_err();
         assert!(e.contains("1 child group"), "{e}");
         fs::remove_dir_all(&dir).unwrap();
     }
@@ -307,11 +349,9 @@ mod tests {
 
     #[test]
     fn idle_is_set_on_the_calling_thread_and_inherited() {
+        let started = policy();
         std::thread::spawn(|| {
-            let s = choose_and_set(SchedChoice::Normal);
-            assert!(!s.idle);
-            assert_eq!(policy(), libc::SCHED_OTHER);
-            let s = choose_and_set(SchedChoice::Idle);
+            let s = choose_and_set(SchedChoice::Idle, false);
             assert!(s.idle, "{s}");
             assert_eq!(policy(), libc::SCHED_IDLE);
             let child = std::thread::spawn(policy).join().unwrap();
@@ -320,10 +360,13 @@ mod tests {
                 libc::SCHED_IDLE,
                 "a thread started after inherits it"
             );
+            let s = choose_and_set(SchedChoice::Normal, false);
+            assert!(!s.idle, "{s}");
+            assert_eq!(policy(), libc::SCHED_OTHER, "normal is set, not assumed");
         })
         .join()
         .unwrap();
-        assert_eq!(policy(), libc::SCHED_OTHER, "other threads keep theirs");
+        assert_eq!(policy(), started, "other threads keep theirs");
     }
 
     #[test]

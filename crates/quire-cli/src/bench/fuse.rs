@@ -396,11 +396,16 @@ impl Daemon {
             None => (kind, "auto"),
         };
         // A session of its own, as a detached `quire mount` has (it calls `setsid`): with
-        // autogroups on, its own scheduling group.
-        // SAFETY: `setsid` is async-signal-safe and touches no memory of the parent.
+        // autogroups on, its own scheduling group. Out of the terminal's process group, it no
+        // longer gets a Ctrl-C of the suite: it is told to stop (SIGTERM: write back, unmount)
+        // when the suite's thread that started it ends.
+        // SAFETY: between fork and exec only async-signal-safe calls (`setsid`, `prctl`,
+        // `errno` through `last_os_error`), no allocation, no lock, no panic.
         unsafe {
             cmd.pre_exec(|| {
-                libc::setsid();
+                if libc::setsid() < 0 || libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
                 Ok(())
             });
         }

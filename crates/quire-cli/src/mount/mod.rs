@@ -106,7 +106,7 @@ fn check_dirs(a: &MountArgs) -> anyhow::Result<()> {
 pub fn mount(a: MountArgs) -> anyhow::Result<()> {
     check_dirs(&a)?;
     if a.foreground {
-        return run(&a, || {});
+        return run(&a, false, || {});
     }
     let (r, w) = rustix::pipe::pipe().context("making a pipe")?;
     // SAFETY: the process is single-threaded here (nothing has started a thread yet: the page
@@ -121,7 +121,7 @@ pub fn mount(a: MountArgs) -> anyhow::Result<()> {
         redirect_stdio();
         let mut report = std::fs::File::from(w);
         let mut ok_end = report.try_clone().ok();
-        let result = run(&a, move || {
+        let result = run(&a, true, move || {
             if let Some(r) = ok_end.as_mut() {
                 let _ = r.write_all(b"ok");
             }
@@ -177,8 +177,9 @@ fn redirect_stdio() {
     }
 }
 
-/// Builds the file system and serves it; `ready` runs once mounted.
-fn run(a: &MountArgs, ready: impl FnOnce()) -> anyhow::Result<()> {
+/// Builds the file system and serves it; `ready` runs once mounted. `detached`: this is the
+/// daemon's child process, whose parent exits once it is mounted.
+fn run(a: &MountArgs, detached: bool, ready: impl FnOnce()) -> anyhow::Result<()> {
     // Before the page cache starts its threads: they must not take the stop signals.
     quire_fuse::mount::block_stop_signals().context("blocking the stop signals")?;
     // Before the first thread too: every thread inherits the policy. An object store mount
@@ -190,7 +191,7 @@ fn run(a: &MountArgs, ready: impl FnOnce()) -> anyhow::Result<()> {
         (Some(_), quire_fuse::sched::SchedChoice::Auto) => quire_fuse::sched::keep_normal(
             "an object store mount: its requests wait on the store (--sched idle overrides)",
         ),
-        _ => quire_fuse::sched::apply(a.sched),
+        _ => quire_fuse::sched::apply(a.sched, detached),
     };
     eprintln!("quire: scheduling: {sched}");
     let mut opts = MountOptions::new(format!("quire:{}", a.src.display()));
