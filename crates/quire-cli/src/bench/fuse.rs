@@ -190,8 +190,8 @@ fn run(b: &mut Bench) -> anyhow::Result<()> {
                 s.lines()
                     .find_map(|l| l.strip_prefix("fuse_sched ").map(str::to_string))
             });
-            b.progress.println(format!(
-                "fuse: scheduling of the daemons but `quire-normal`: {}",
+            b.note(format!(
+                "scheduling of the daemons but `quire-normal`: {}",
                 policy
                     .as_deref()
                     .unwrap_or("unknown (no fuse_sched in `quire stat`)")
