@@ -138,6 +138,45 @@ fn a_detached_mount_with_a_group_of_its_own_runs_every_thread_at_sched_idle() {
     }
 }
 
+/// Mounts `src` at `mnt` in the foreground with `--sched sched` and checks the policy `quire
+/// stat` reports and every thread has: `SCHED_IDLE` if `idle`, else the normal one. Returns the
+/// mount and the reason `quire stat` gives, or `None` (skipped) where the first mount of a test
+/// (`first`) finds that this machine cannot mount.
+fn mount_checked(
+    src: &Path,
+    mnt: &Path,
+    sched: &str,
+    idle: bool,
+    first: bool,
+) -> Option<(Mount, String)> {
+    fs::create_dir(mnt).unwrap();
+    let m = match Mount::start_with(src, mnt, "32M", &["--sched", sched]) {
+        Ok(m) => m,
+        Err(why) if first => {
+            skip(&why);
+            return None;
+        }
+        Err(why) => panic!("--sched {sched}: {why}"),
+    };
+    let s = stat(mnt);
+    assert_eq!(
+        line(&s, "fuse_sched_idle"),
+        if idle { "1" } else { "0" },
+        "--sched {sched}: {s}"
+    );
+    let want = if idle {
+        libc::SCHED_IDLE
+    } else {
+        libc::SCHED_OTHER
+    };
+    let p = policies(m.pid());
+    for (comm, policy) in &p {
+        assert_eq!(*policy, want, "--sched {sched}, thread {comm}: {p:?}");
+    }
+    let why = line(&s, "fuse_sched").to_string();
+    Some((m, why))
+}
+
 #[test]
 fn a_mount_sharing_its_session_keeps_the_normal_policy_unless_told() {
     let dir = Scratch::new("sched-foreground");
@@ -147,20 +186,9 @@ fn a_mount_sharing_its_session_keeps_the_normal_policy_unless_told() {
         .enumerate()
     {
         let mnt = dir.path(&format!("mnt-{sched}"));
-        fs::create_dir(&mnt).unwrap();
-        let m = match Mount::start_with(&dir.path("src"), &mnt, "32M", &["--sched", sched]) {
-            Ok(m) => m,
-            // Only the first mount may find that this machine cannot mount.
-            Err(why) if i == 0 => return skip(&why),
-            Err(why) => panic!("--sched {sched}: {why}"),
+        let Some((m, why)) = mount_checked(&dir.path("src"), &mnt, sched, idle, i == 0) else {
+            return;
         };
-        let s = stat(&mnt);
-        assert_eq!(
-            line(&s, "fuse_sched_idle"),
-            if idle { "1" } else { "0" },
-            "--sched {sched}: {s}"
-        );
-        let why = line(&s, "fuse_sched");
         match sched {
             // A `--foreground` child of this test shares its session (and cgroup).
             "auto" => assert!(why.starts_with("normal: "), "{why}"),
@@ -168,16 +196,6 @@ fn a_mount_sharing_its_session_keeps_the_normal_policy_unless_told() {
                 why.contains(&format!("asked for (--sched {sched})")),
                 "{why}"
             ),
-        }
-        let pid = m.pid();
-        let want = if idle {
-            libc::SCHED_IDLE
-        } else {
-            libc::SCHED_OTHER
-        };
-        let p = policies(pid);
-        for (comm, policy) in &p {
-            assert_eq!(*policy, want, "--sched {sched}, thread {comm}: {p:?}");
         }
         exercise(&mnt);
         assert!(
@@ -199,20 +217,12 @@ fn an_object_store_mount_keeps_the_normal_policy_unless_told() {
     let dir = Scratch::new("sched-object");
     for (i, (sched, idle)) in [("auto", false), ("idle", true)].into_iter().enumerate() {
         let mnt = dir.path(&format!("mnt-{sched}"));
-        fs::create_dir(&mnt).unwrap();
-        let m = match Mount::start_with(Path::new("memory:///"), &mnt, "32M", &["--sched", sched]) {
-            Ok(m) => m,
-            Err(why) if i == 0 => return skip(&why),
-            Err(why) => panic!("--sched {sched}: {why}"),
+        let Some((m, why)) = mount_checked(Path::new("memory:///"), &mnt, sched, idle, i == 0)
+        else {
+            return;
         };
-        let s = stat(&mnt);
-        assert_eq!(
-            line(&s, "fuse_sched_idle"),
-            if idle { "1" } else { "0" },
-            "{s}"
-        );
         if !idle {
-            assert!(line(&s, "fuse_sched").contains("object store mount"), "{s}");
+            assert!(why.contains("object store mount"), "{why}");
         }
         exercise(&mnt);
         assert!(

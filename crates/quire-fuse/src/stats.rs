@@ -39,6 +39,15 @@ pub fn sched() -> Option<crate::sched::Sched> {
     SCHED.lock().clone()
 }
 
+/// Appends the `fuse_sched_idle` and `fuse_sched` lines, once the policy is set (for every file
+/// system's `quire stat`).
+pub fn render_sched(out: &mut String) {
+    if let Some(s) = sched() {
+        let _ = writeln!(out, "fuse_sched_idle {}", u8::from(s.idle));
+        let _ = writeln!(out, "fuse_sched {s}");
+    }
+}
+
 /// Counts the requests served through the rings.
 type RingCounter = std::sync::Arc<dyn Fn() -> u64 + Send + Sync>;
 
@@ -197,10 +206,7 @@ impl FsCounters {
             let _ = writeln!(out, "fuse_ring_requests {}", served.map_or(0, |f| f()));
             let _ = writeln!(out, "fuse_channel {c}");
         }
-        if let Some(s) = sched() {
-            let _ = writeln!(out, "fuse_sched_idle {}", u8::from(s.idle));
-            let _ = writeln!(out, "fuse_sched {s}");
-        }
+        render_sched(out);
     }
 }
 

@@ -518,12 +518,7 @@ impl Serve for ObjectFs {
             if let Some(c) = quire_fuse::stats::channel() {
                 text.push_str(&format!("fuse_channel {c}\n"));
             }
-            if let Some(s) = quire_fuse::stats::sched() {
-                text.push_str(&format!(
-                    "fuse_sched_idle {}\nfuse_sched {s}\n",
-                    u8::from(s.idle)
-                ));
-            }
+            quire_fuse::stats::render_sched(&mut text);
             return Ok(Xattr::Value(text.into_bytes()));
         }
         Ok(Xattr::NoValue(Errno::ENODATA))
