@@ -158,8 +158,10 @@ events! {
     DirectReclaims => direct_reclaims,
     /// Times the background reclaim thread was woken.
     KswapdWakeups => kswapd_wakeups,
-    /// CPU time spent in rounds of reclaim (direct and background), in nanoseconds of the
-    /// reclaiming thread's CPU clock: with `evictions`, the cost of reclaim per evicted page.
+    /// Time spent in rounds of reclaim (direct and background), in nanoseconds of the
+    /// monotonic clock: a round does not sleep, so this is the reclaiming threads' CPU time
+    /// unless they were preempted in a round. With `evictions`, the cost of reclaim per
+    /// evicted page.
     ReclaimNs => reclaim_ns,
     /// A per-thread batch of LRU operations (additions, activations, rotations) was drained
     /// under the LRU lock.

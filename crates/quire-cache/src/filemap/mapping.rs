@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use crossbeam_utils::CachePadded;
 
-use super::readahead::{folio_orders, RaWindow, Readahead};
+use super::readahead::{Pieces, RaWindow, Readahead};
 use super::{check_range, errno_of, Cache, FilemapError, FolioPtr, Result, DIRTY_MARK, PAGE_SIZE};
 use crate::bio::{Bio, BioEnd, BioOp};
 use crate::filemap::errseq::ErrSeq;

@@ -282,25 +282,81 @@ thread_local! {
 }
 
 /// Cuts `[start, start + nr)` into naturally aligned pieces of order at most `max_order`,
-/// largest first where alignment allows: `(index, order)` pairs in index order.
+/// largest first where alignment allows: `(index, order)` pairs in index order, computed as
+/// they are taken (a miss of one page allocates nothing for its cut).
 #[doc(alias = "page_cache_ra_order")]
-pub(crate) fn folio_orders(start: u64, nr: u64, max_order: u32) -> Vec<(u64, u32)> {
-    let mut out = Vec::new();
-    let end = start.saturating_add(nr);
-    let mut i = start;
-    while i < end {
+pub(crate) fn folio_orders(start: u64, nr: u64, max_order: u32) -> FolioOrders {
+    FolioOrders {
+        next: start,
+        end: start.saturating_add(nr),
+        max_order,
+    }
+}
+
+/// The pieces of [`folio_orders`], in index order.
+#[derive(Clone, Debug)]
+pub(crate) struct FolioOrders {
+    next: u64,
+    end: u64,
+    max_order: u32,
+}
+
+impl Iterator for FolioOrders {
+    type Item = (u64, u32);
+
+    fn next(&mut self) -> Option<(u64, u32)> {
+        let i = self.next;
+        if i >= self.end {
+            return None;
+        }
         let mut order = if i == 0 {
-            max_order
+            self.max_order
         } else {
-            i.trailing_zeros().min(max_order)
+            i.trailing_zeros().min(self.max_order)
         };
-        while order > 0 && i + (1u64 << order) > end {
+        while order > 0 && i + (1u64 << order) > self.end {
             order -= 1;
         }
-        out.push((i, order));
-        i += 1u64 << order;
+        self.next = i + (1u64 << order);
+        Some((i, order))
     }
-    out
+}
+
+/// The pieces of a range still to insert, in index order: [`folio_orders`]' cut, taken as it
+/// goes, with pieces put back in front of it (a piece the allocator cut short, or one to look
+/// at again).
+#[derive(Debug)]
+pub(crate) struct Pieces {
+    ahead: FolioOrders,
+    /// Put back, to come before `ahead`: a stack, the next piece last.
+    front: Vec<(u64, u32)>,
+}
+
+impl Pieces {
+    pub(crate) fn new(start: u64, nr: u64, max_order: u32) -> Pieces {
+        Pieces {
+            ahead: folio_orders(start, nr, max_order),
+            front: Vec::new(),
+        }
+    }
+
+    /// The next piece, in index order.
+    pub(crate) fn pop(&mut self) -> Option<(u64, u32)> {
+        self.front.pop().or_else(|| self.ahead.next())
+    }
+
+    /// Puts `piece` back, to come next.
+    pub(crate) fn push_front(&mut self, piece: (u64, u32)) {
+        self.front.push(piece);
+    }
+
+    /// Puts `[start, start + nr)`, cut at most `max_order`, back in front, to come next in
+    /// index order.
+    pub(crate) fn push_front_range(&mut self, start: u64, nr: u64, max_order: u32) {
+        let at = self.front.len();
+        self.front.extend(folio_orders(start, nr, max_order));
+        self.front[at..].reverse();
+    }
 }
 
 use std::cell::Cell;
@@ -394,7 +450,7 @@ mod tests {
     #[test]
     fn pieces_are_aligned_and_cover_the_range() {
         for (start, nr) in [(0u64, 512u64), (3, 100), (512, 1024), (7, 1), (1000, 3000)] {
-            let pieces = folio_orders(start, nr, 9);
+            let pieces: Vec<_> = folio_orders(start, nr, 9).collect();
             let mut i = start;
             for &(idx, order) in &pieces {
                 assert_eq!(idx, i);
@@ -404,6 +460,18 @@ mod tests {
             }
             assert_eq!(i, start + nr);
         }
-        assert_eq!(folio_orders(0, 512, 9), vec![(0, 9)]);
+        assert_eq!(folio_orders(0, 512, 9).collect::<Vec<_>>(), vec![(0, 9)]);
+    }
+
+    #[test]
+    fn pieces_put_back_come_first_in_index_order() {
+        let mut p = Pieces::new(0, 16, 2);
+        assert_eq!(p.pop(), Some((0, 2)));
+        // The allocator gave one page of the first piece: the other three come next.
+        p.push_front_range(1, 3, 2);
+        assert_eq!(p.pop(), Some((1, 0)));
+        p.push_front((1, 0));
+        let rest: Vec<_> = std::iter::from_fn(|| p.pop()).collect();
+        assert_eq!(rest, [(1, 0), (2, 1), (4, 2), (8, 2), (12, 2)]);
     }
 }

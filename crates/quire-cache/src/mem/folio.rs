@@ -410,6 +410,24 @@ impl Folio {
             });
     }
 
+    /// Clears every flag of `mask` in one read-modify-write; returns the flags as they were.
+    #[inline]
+    pub(crate) fn clear_flags(&self, mask: u64) -> u64 {
+        self.flags.fetch_and(!mask, Ordering::AcqRel)
+    }
+
+    /// [`Folio::set_gen_bits`] with the refs bits zeroed and the flags of `clear` cleared, in
+    /// one read-modify-write (the LRU lock holder only, as for `set_gen_bits`).
+    #[inline]
+    pub(crate) fn set_gen_bits_forgetting(&self, bits: u64, clear: u64) {
+        let bits = (bits << GEN_SHIFT) & GEN_MASK;
+        let _ = self
+            .flags
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |f| {
+                Some((f & !(GEN_MASK | REFS_MASK | clear)) | bits)
+            });
+    }
+
     /// Replaces the refs bits with `refs` (at most [`MAX_REFS`]).
     #[inline]
     pub(crate) fn set_refs(&self, refs: u64) {

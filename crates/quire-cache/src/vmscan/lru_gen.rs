@@ -139,8 +139,8 @@ use super::policy::{AccessRule, Policy};
 use super::reclaim::{ScanControl, SWAP_CLUSTER_MAX};
 use super::{Lru, Owners, VmConfig, Vmscan, NR_LRU_LISTS};
 use crate::mem::folio::{
-    Folio, FolioRef, ACTIVE, ANON, DIRTY, LOCKED, MAX_REFS, PROBATION, RECLAIM, REFERENCED,
-    REFS_MASK, REFS_SHIFT, SWAPCACHE, WB_FAILED, WORKINGSET, WRITEBACK,
+    Folio, FolioRef, ACTIVE, ANON, DIRTY, LOCKED, MAX_REFS, PROBATION, RECLAIM, REFAULTED,
+    REFERENCED, REFS_MASK, REFS_SHIFT, SWAPCACHE, WB_FAILED, WORKINGSET, WRITEBACK,
 };
 use crate::mem::pool::FramePool;
 use crate::stats::Event;
@@ -520,12 +520,8 @@ impl MultiGen {
         };
         // (Fresh folios joined probation with no use on record: a first read, or a refault
         // whose shadow had none; `WORKINGSET` and the refs bits are theirs from since then.)
-        f.set_refs(0);
-        if f.flags() & WORKINGSET != 0 {
-            f.clear_workingset();
-        }
         g.unlink(f);
-        f.set_gen_bits(PROBATION_GEN as u64 + 1);
+        f.set_gen_bits_forgetting(PROBATION_GEN as u64 + 1, WORKINGSET);
         g.link(f, gen_list(type_, PROBATION_GEN), false);
     }
 
@@ -1012,8 +1008,9 @@ impl Policy for MultiGen {
     /// moving one resident on as it does.
     fn add_new(&self, g: &mut LruGuard<'_>, folio: &Folio) {
         if self.loop_protection && !folio.is_unevictable() {
-            let refaulted = folio.clear_refaulted();
-            let probation = if folio.clear_probation() {
+            let was = folio.clear_flags(REFAULTED | PROBATION);
+            let refaulted = was & REFAULTED != 0;
+            let probation = if was & PROBATION != 0 {
                 MultiGen::lru_gen_admit(g, folio)
             } else if !refaulted && folio.flags() & (ACTIVE | ANON) == 0 && !MultiGen::filling(g) {
                 // A first read: to probation, and the admission hand moves on as for a

@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 
 use super::{copy_out, Mapping};
 use crate::bio::Bio;
-use crate::filemap::readahead::{folio_orders, RaWindow, Readahead};
+use crate::filemap::readahead::{Pieces, RaWindow, Readahead};
 use crate::filemap::{check_range, FilemapError, Result, PAGE_SIZE};
 use crate::mem::folio::{FolioGuard, FolioRef, FRAME_SHIFT, LOCKED, READAHEAD, UPTODATE};
 use crate::stats::{count, Event};
@@ -268,16 +268,14 @@ impl Mapping {
         let _inv = self.invalidate_shared();
         let end = (w.start + w.size).min(self.size().div_ceil(PAGE_SIZE));
         let max_order = self.cache.config.max_folio_order;
-        let mut pieces = folio_orders(w.start, end.saturating_sub(w.start), max_order);
-        pieces.reverse();
+        let mut pieces = Pieces::new(w.start, end.saturating_sub(w.start), max_order);
         while let Some((idx, order)) = pieces.pop() {
             if let Some(f) = self.find_get(idx) {
                 // Cached: skip what it covers of this piece, and cut the rest again.
                 let next = f.index() + f.nr_frames() as u64;
                 let piece_end = idx + (1u64 << order);
                 if next < piece_end {
-                    let rest = folio_orders(next, piece_end - next, order);
-                    pieces.extend(rest.into_iter().rev());
+                    pieces.push_front_range(next, piece_end - next, order);
                 }
                 continue;
             }
@@ -286,14 +284,13 @@ impl Mapping {
                     let covered_end = g.index() + g.nr_frames() as u64;
                     let piece_end = idx + (1u64 << order);
                     if covered_end < piece_end {
-                        let rest = folio_orders(covered_end, piece_end - covered_end, order);
-                        pieces.extend(rest.into_iter().rev());
+                        pieces.push_front_range(covered_end, piece_end - covered_end, order);
                     }
                     each(g);
                 }
                 None if self.find_get(idx).is_some() => {
                     // Inserted by somebody meanwhile: look at this piece again.
-                    pieces.push((idx, order));
+                    pieces.push_front((idx, order));
                 }
                 None => {
                     *short = true;

@@ -133,7 +133,12 @@ impl Mapping {
                     errno: None,
                 }));
             }
-            Ok(n) => buf[n.min(plan.valid)..].fill(0),
+            Ok(n) => {
+                let data = n.min(plan.valid);
+                if data < buf.len() {
+                    buf[data..].fill(0);
+                }
+            }
             Err(e) => {
                 g.set_error();
                 return Err(e.into());
@@ -330,17 +335,14 @@ impl Mapping {
             }
         }
         let max_order = self.cache.config.max_folio_order;
-        let mut pieces = folio_orders(w.start, end.saturating_sub(w.start), max_order);
-        pieces.reverse();
+        let mut pieces = Pieces::new(w.start, end.saturating_sub(w.start), max_order);
         while let Some((idx, order)) = pieces.pop() {
             let holds_sync = sync.is_some_and(|s| s >= idx && s < idx + (1u64 << order));
             let g = match self.insert_new(idx, order, holds_sync)? {
                 Some(g) => g,
                 None if holds_sync && order > 0 => {
                     // A smaller folio is in the way: read the piece one page at a time.
-                    for i in (idx..idx + (1u64 << order)).rev() {
-                        pieces.push((i, 0));
-                    }
+                    pieces.push_front_range(idx, 1u64 << order, 0);
                     continue;
                 }
                 // Already cached (the stream has caught up with data read before), or memory
@@ -351,8 +353,7 @@ impl Mapping {
             if g.nr_frames() < (1usize << order) {
                 // The allocator gave a smaller folio: queue the rest of the piece, cut into the
                 // largest aligned pieces again.
-                let rest = folio_orders(covered.end, idx + (1u64 << order) - covered.end, order);
-                pieces.extend(rest.into_iter().rev());
+                pieces.push_front_range(covered.end, idx + (1u64 << order) - covered.end, order);
             }
             if w.marker.is_some_and(|m| covered.contains(&m)) {
                 g.set_readahead();
