@@ -82,7 +82,7 @@
 //!   nothing from the store — its page was cached, or being read ahead by the cache's I/O
 //!   threads. Apart from `hit_ratio` it shows what readahead costs and what it saves;
 //! - `evicted_pages`, and for quire `reclaim_ns_per_evicted`: the cache's own `reclaim_ns`
-//!   counter over its `evictions`, the CPU time of reclaim, direct and background, per page
+//!   counter over its `evictions`, the time in reclaim, direct and background, per page
 //!   evicted (not recorded when nothing was evicted).
 //!
 //! - `accesses_per_s`: the trace's accesses over the wall time of the variant's replay (the

@@ -182,9 +182,22 @@ impl SyntheticStore {
 impl Store for SyntheticStore {
     fn read_at(&self, offset: u64, buf: &mut [u8]) -> StoreResult<usize> {
         let n = (self.len.saturating_sub(offset) as usize).min(buf.len());
-        // Whole words first, each one 8-byte store (a copy of a run-time length, as for the
-        // last word, is a call to memmove: a page's 512 of them were a quarter of a miss-heavy
-        // trace replay's time).
+        // SAFETY: every bit pattern is a valid `u64`, and `align_to_mut` hands out only the
+        // aligned middle of the bytes as words.
+        let (head, words, tail) = unsafe { buf[..n].align_to_mut::<u64>() };
+        if head.is_empty() && offset.is_multiple_of(8) {
+            // The cache's frames are aligned: the whole words as one loop of word stores (the
+            // per-word byte copies below were an eighth of a miss-heavy trace replay's time).
+            for (k, w) in words.iter_mut().enumerate() {
+                *w = (offset + 8 * k as u64).to_le();
+            }
+            let at = offset + 8 * words.len() as u64;
+            let len = tail.len();
+            tail.copy_from_slice(&at.to_le_bytes()[..len]);
+            return Ok(n);
+        }
+        // Anywhere else, whole words first, each one 8-byte store (a copy of a run-time length,
+        // as for the last word, is a call to memmove).
         let mut words = buf[..n].chunks_exact_mut(8);
         let mut at = offset;
         for w in &mut words {
@@ -251,5 +264,32 @@ mod tests {
         assert_eq!(s.read_at(88, &mut buf).unwrap(), 12);
         assert_eq!(u64::from_le_bytes(buf[..8].try_into().unwrap()), 88);
         assert!(s.write_at(0, b"x").is_err());
+    }
+
+    #[test]
+    fn synthetic_store_gives_the_same_bytes_aligned_or_not() {
+        // Byte `i` of a read at `offset` is byte `i % 8` of the little-endian word
+        // `offset + i - i % 8` (the word that starts there holds its own offset).
+        let byte = |offset: u64, i: u64| (offset + i - i % 8).to_le_bytes()[(i % 8) as usize];
+        let s = SyntheticStore::new(10_000);
+        // Backed by words, so that a start at a multiple of 8 bytes is aligned.
+        let mut words = vec![0u64; 600];
+        // SAFETY: u8 has no alignment and no invalid values.
+        let (_, bytes, _) = unsafe { words.align_to_mut::<u8>() };
+        for (start, offset, len) in [(0, 4096, 4096), (0, 8, 4093), (3, 4096, 4000), (8, 5, 100)] {
+            let buf = &mut bytes[start..start + len];
+            let n = s.read_at(offset, buf).unwrap();
+            assert_eq!(n, len.min(10_000 - offset as usize));
+            for (i, &b) in buf[..n].iter().enumerate() {
+                assert_eq!(
+                    b,
+                    byte(offset, i as u64),
+                    "read of {len} at {offset}, byte {i}"
+                );
+            }
+        }
+        // At the end: a short read.
+        let mut tail = [0u8; 32];
+        assert_eq!(s.read_at(9_990, &mut tail).unwrap(), 10);
     }
 }
