@@ -134,8 +134,14 @@ impl Cache {
 }
 
 impl vmscan::Owners for Cache {
-    fn evict(&self, g: &mut FolioGuard<'_>, shadow: &mut dyn FnMut(&Folio) -> u64) -> bool {
-        match self.mapping(g.mapping()) {
+    fn evict(
+        &self,
+        g: &mut FolioGuard<'_>,
+        shadow: &mut dyn FnMut(&Folio) -> u64,
+        memo: &mut vmscan::OwnerMemo,
+    ) -> bool {
+        let id = g.mapping();
+        match memo.get(id, || self.mapping(id)) {
             Some(m) => m.evict(g, shadow),
             None => false,
         }

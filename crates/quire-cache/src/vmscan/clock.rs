@@ -18,7 +18,7 @@
 
 use super::policy::{AccessRule, Policy};
 use super::workingset::Refault;
-use super::{LruGuard, Owners, VmConfig, Vmscan};
+use super::{LruGuard, OwnerMemo, Owners, VmConfig, Vmscan};
 use crate::mem::folio::{
     Folio, FolioRef, ANON, HEAD, LOCKED, ORDER_MASK, ORDER_SHIFT, WB_FAILED, WRITEBACK,
 };
@@ -95,7 +95,11 @@ impl Clock {
                 continue;
             }
             let nr = g.nr_frames();
-            if owners.evict(&mut g, &mut |folio| vm.workingset_eviction(folio)) {
+            if owners.evict(
+                &mut g,
+                &mut |folio| vm.workingset_eviction(folio),
+                &mut OwnerMemo::default(),
+            ) {
                 freed += nr;
                 vm.counters.add(Event::PgSteal, nr as u64);
             }

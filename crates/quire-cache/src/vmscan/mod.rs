@@ -178,14 +178,43 @@ pub(crate) fn isqrt(n: u64) -> u64 {
     x
 }
 
+/// The owner a round of reclaim found for the last folio it evicted, kept for the folios after
+/// it: most of a round's folios belong to the same file, and finding the owner by its id is a
+/// lock and a table lookup. What the owner is, is the [`Owners`]' own business; the round drops
+/// it when it ends.
+#[derive(Default)]
+pub(crate) struct OwnerMemo(Option<(usize, Arc<dyn std::any::Any + Send + Sync>)>);
+
+impl OwnerMemo {
+    /// The owner with this `id`: the one kept if it is that one, else `find`'s (kept in its
+    /// place when found).
+    pub(crate) fn get<T: Send + Sync + 'static>(
+        &mut self,
+        id: usize,
+        find: impl FnOnce() -> Option<Arc<T>>,
+    ) -> Option<&T> {
+        if self.0.as_ref().is_none_or(|(kept, _)| *kept != id) {
+            self.0 = None;
+            let found: Arc<dyn std::any::Any + Send + Sync> = find()?;
+            self.0 = Some((id, found));
+        }
+        self.0.as_ref().and_then(|(_, o)| o.downcast_ref::<T>())
+    }
+}
+
 /// How reclaim reaches the owners of the folios on its lists (the kernel's address-space
 /// operations, as reclaim uses them). Folio owners are found by the folio's `mapping` id.
 pub(crate) trait Owners: Sync {
     /// Removes the locked folio `g` from its owner if it still belongs there, is clean, not
     /// under write-back and referenced only by its owner and `g`: freezes it, asks `shadow`
     /// for the value its slot keeps, and replaces it. Returns whether it did; the folio is
-    /// then freed when `g` goes.
-    fn evict(&self, g: &mut FolioGuard<'_>, shadow: &mut dyn FnMut(&Folio) -> u64) -> bool;
+    /// then freed when `g` goes. `memo` keeps the owner found for the next folio of the round.
+    fn evict(
+        &self,
+        g: &mut FolioGuard<'_>,
+        shadow: &mut dyn FnMut(&Folio) -> u64,
+        memo: &mut OwnerMemo,
+    ) -> bool;
     /// Writes the locked, dirty folio back now (the clock policy only; LRU reclaim leaves
     /// write-back to the flusher).
     fn write_back(&self, g: FolioGuard<'_>);
@@ -539,3 +568,32 @@ pub mod model {
     }
 }
 pub(crate) use reclaim::{unevictable, NoMemory};
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::OwnerMemo;
+    use std::cell::Cell;
+    use std::sync::Arc;
+
+    #[test]
+    fn the_memo_finds_an_owner_once_per_run_of_its_id() {
+        let finds = Cell::new(0);
+        let find = |id: usize| {
+            finds.set(finds.get() + 1);
+            (id != 0).then(|| Arc::new(id * 10))
+        };
+        let mut memo = OwnerMemo::default();
+        for id in [1, 1, 1, 2, 2, 1] {
+            assert_eq!(memo.get(id, || find(id)), Some(&(id * 10)));
+        }
+        // One find per run of the same id: 1, 2, then 1 again.
+        assert_eq!(finds.get(), 3);
+        // An owner that is not found is not kept, and is looked for again.
+        assert_eq!(memo.get(0, || find(0)), None);
+        assert_eq!(memo.get(0, || find(0)), None);
+        assert_eq!(finds.get(), 5);
+        // Kept as another type: not handed out as this one.
+        assert_eq!(memo.get(3, || find(3)), Some(&30));
+        assert_eq!(memo.get::<u32>(3, || None), None);
+    }
+}

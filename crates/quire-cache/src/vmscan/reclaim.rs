@@ -23,7 +23,7 @@
 use std::ptr::NonNull;
 use std::time::{Duration, Instant};
 
-use super::{AnonFate, Lru, MappedFate, Owners, Vmscan};
+use super::{AnonFate, Lru, MappedFate, OwnerMemo, Owners, Vmscan};
 use crate::mem::folio::{Folio, FolioRef, WB_FAILED};
 use crate::mem::pool::FramePool;
 use crate::stats::Event;
@@ -130,6 +130,7 @@ impl Vmscan {
         // Kept only because someone else holds them (locked, or referenced beyond the index):
         // the policy puts these back where reclaim does not come straight back to them.
         let mut rejected = Vec::new();
+        let mut memo = OwnerMemo::default();
         for f in folios {
             let nr = f.nr_frames();
             let mut g = match f.try_lock_with(self.wait_policy) {
@@ -201,13 +202,19 @@ impl Vmscan {
                 keep.push(g.unlock());
                 continue;
             }
-            if owners.evict(&mut g, &mut |folio| self.workingset_eviction(folio)) {
+            if owners.evict(
+                &mut g,
+                &mut |folio| self.workingset_eviction(folio),
+                &mut memo,
+            ) {
                 reclaimed += nr;
                 drop(g);
             } else {
                 rejected.push(g.unlock());
             }
         }
+        // (A file whose last handle went meanwhile is dropped here, with no folio held.)
+        drop(memo);
         self.putback(pool, keep);
         if !rejected.is_empty() {
             let mut g = self.lruvec.lock(pool);
