@@ -159,9 +159,10 @@ events! {
     /// Times the background reclaim thread was woken.
     KswapdWakeups => kswapd_wakeups,
     /// Time spent in rounds of reclaim (direct and background), in nanoseconds of the
-    /// monotonic clock: a round does not sleep, so this is the reclaiming threads' CPU time
-    /// unless they were preempted in a round. With `evictions`, the cost of reclaim per
-    /// evicted page.
+    /// monotonic clock: a round does not sleep of its own accord, so this is the reclaiming
+    /// threads' CPU time, plus any preemption in a round and any wait for a lock another
+    /// thread held meanwhile (the lists', the file table's, a store's `evicted_clean`). With
+    /// `evictions`, the cost of reclaim per evicted page.
     ReclaimNs => reclaim_ns,
     /// A per-thread batch of LRU operations (additions, activations, rotations) was drained
     /// under the LRU lock.

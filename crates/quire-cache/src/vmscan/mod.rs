@@ -178,12 +178,20 @@ pub(crate) fn isqrt(n: u64) -> u64 {
     x
 }
 
+/// A reference to an owner, of whatever type the [`Owners`] has.
+type AnyOwner = Arc<dyn std::any::Any + Send + Sync>;
+
 /// The owner a round of reclaim found for the last folio it evicted, kept for the folios after
 /// it: most of a round's folios belong to the same file, and finding the owner by its id is a
-/// lock and a table lookup. What the owner is, is the [`Owners`]' own business; the round drops
-/// it when it ends.
+/// lock and a table lookup. What the owner is, is the [`Owners`]' own business. Owners it held
+/// before are kept too, and all of them go when the round drops the memo, with no folio locked
+/// (the last reference to a file runs its `Drop`, which locks the file's folios).
 #[derive(Default)]
-pub(crate) struct OwnerMemo(Option<(usize, Arc<dyn std::any::Any + Send + Sync>)>);
+pub(crate) struct OwnerMemo {
+    last: Option<(usize, AnyOwner)>,
+    /// Owners kept before `last`: a round of reclaim takes at most a few dozen folios.
+    earlier: Vec<AnyOwner>,
+}
 
 impl OwnerMemo {
     /// The owner with this `id`: the one kept if it is that one, else `find`'s (kept in its
@@ -193,12 +201,14 @@ impl OwnerMemo {
         id: usize,
         find: impl FnOnce() -> Option<Arc<T>>,
     ) -> Option<&T> {
-        if self.0.as_ref().is_none_or(|(kept, _)| *kept != id) {
-            self.0 = None;
-            let found: Arc<dyn std::any::Any + Send + Sync> = find()?;
-            self.0 = Some((id, found));
+        if self.last.as_ref().is_none_or(|(kept, _)| *kept != id) {
+            if let Some((_, before)) = self.last.take() {
+                self.earlier.push(before);
+            }
+            let found: AnyOwner = find()?;
+            self.last = Some((id, found));
         }
-        self.0.as_ref().and_then(|(_, o)| o.downcast_ref::<T>())
+        self.last.as_ref().and_then(|(_, o)| o.downcast_ref::<T>())
     }
 }
 
@@ -595,5 +605,19 @@ mod tests {
         // Kept as another type: not handed out as this one.
         assert_eq!(memo.get(3, || find(3)), Some(&30));
         assert_eq!(memo.get::<u32>(3, || None), None);
+    }
+
+    #[test]
+    fn owners_the_memo_held_live_until_it_goes() {
+        let a = Arc::new(1usize);
+        let b = Arc::new(2usize);
+        let mut memo = OwnerMemo::default();
+        memo.get(1, || Some(a.clone()));
+        memo.get(2, || Some(b.clone()));
+        // `a` is no longer the one kept, but is still held: not dropped in the middle of a round.
+        assert_eq!(Arc::strong_count(&a), 2);
+        drop(memo);
+        assert_eq!(Arc::strong_count(&a), 1);
+        assert_eq!(Arc::strong_count(&b), 1);
     }
 }

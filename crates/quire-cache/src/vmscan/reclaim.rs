@@ -213,7 +213,8 @@ impl Vmscan {
                 rejected.push(g.unlock());
             }
         }
-        // (A file whose last handle went meanwhile is dropped here, with no folio held.)
+        // The owners the round kept go now, with no folio locked: a file whose last handle went
+        // meanwhile is dropped here (its `Drop` locks its folios).
         drop(memo);
         self.putback(pool, keep);
         if !rejected.is_empty() {
@@ -334,10 +335,10 @@ impl Vmscan {
         owners: &dyn Owners,
         nr_to_reclaim: usize,
     ) -> usize {
-        // Timed by the monotonic clock, read without a system call: a round does not sleep,
-        // so this is its CPU time unless the thread was preempted in it. (The thread's CPU
-        // clock is a system call, and two of them a round were a tenth of a small cache's
-        // direct reclaim.)
+        // Timed by the monotonic clock, read without a system call: a round does not sleep of
+        // its own accord, so this is its CPU time plus any preemption or wait for a lock held
+        // by another thread (see `Event::ReclaimNs`). The thread's CPU clock is a system call,
+        // and two of them a round were a tenth of a small cache's direct reclaim.
         let start = Instant::now();
         let freed = self.do_try_to_free_pages(pool, owners, nr_to_reclaim);
         let ns = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
