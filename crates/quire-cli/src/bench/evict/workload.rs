@@ -185,26 +185,24 @@ impl Store for SyntheticStore {
         // SAFETY: every bit pattern is a valid `u64`, and `align_to_mut` hands out only the
         // aligned middle of the bytes as words.
         let (head, words, tail) = unsafe { buf[..n].align_to_mut::<u64>() };
-        if head.is_empty() && tail.len() < 8 {
+        let (at, tail) = if head.is_empty() && tail.len() < 8 {
             // The cache's frames are aligned: the whole words as one loop of word stores (the
             // per-word byte copies below were an eighth of a miss-heavy trace replay's time).
             for (k, w) in words.iter_mut().enumerate() {
                 *w = (offset + 8 * k as u64).to_le();
             }
-            let at = offset + 8 * words.len() as u64;
-            let len = tail.len();
-            tail.copy_from_slice(&at.to_le_bytes()[..len]);
-            return Ok(n);
-        }
-        // Anywhere else, whole words first, each one 8-byte store (a copy of a run-time length,
-        // as for the last word, is a call to memmove).
-        let mut words = buf[..n].chunks_exact_mut(8);
-        let mut at = offset;
-        for w in &mut words {
-            w.copy_from_slice(&at.to_le_bytes());
-            at += 8;
-        }
-        let tail = words.into_remainder();
+            (offset + 8 * words.len() as u64, tail)
+        } else {
+            // Anywhere else, whole words first, each one 8-byte store (a copy of a run-time
+            // length, as for the last word, is a call to memmove).
+            let mut words = buf[..n].chunks_exact_mut(8);
+            let mut at = offset;
+            for w in &mut words {
+                w.copy_from_slice(&at.to_le_bytes());
+                at += 8;
+            }
+            (at, words.into_remainder())
+        };
         let len = tail.len();
         tail.copy_from_slice(&at.to_le_bytes()[..len]);
         Ok(n)
