@@ -7,7 +7,9 @@
 //! - a freeze (an in-place write or an eviction) fails when a slot names the folio;
 //! - a write fault gives the spaces a copy when a slot names the folio;
 //! - the free of a folio a slot names is deferred: the pool frees it at its next look once no
-//!   slot names it (here `free_frames`, or an allocation that finds no frame).
+//!   slot names it (here `free_frames`, or an allocation that finds no frame);
+//! - an evicted folio is freed from its freeze without that look: the freeze's scan stands for
+//!   it.
 //!
 //! The bytes are modelled as two atomic words written with relaxed stores: a borrower whose
 //! check passed must read the bytes it was promised, twice, and the frames must be freed
@@ -207,7 +209,72 @@ fn broken_borrower_without_its_fence_is_caught_by_the_free_model() {
     )));
 }
 
-/// Model 3: a borrower against a write fault (`mm/space.rs`: a pte's mapcount unit, then
+/// Model 3: a borrower against an eviction (`Mapping::evict`, then reclaim's batched free):
+/// the evictor's own reference and the index's frozen together, the index's given up with its
+/// slot, the folio freed from the frozen state — no unfreeze and no look for borrowers at the
+/// free ([`quire::mem::FolioGuard::free_frozen`]) — and its frame reused and written. The
+/// freeze's scan alone must keep the borrower from reading the new owner's bytes.
+fn borrower_against_an_eviction(which: usize) {
+    let (pool, p, bytes, borrower) = start(which);
+    let f = folio(p);
+    // Reclaim's reference (isolation's `try_get`); the index holds the other.
+    let mut g = pool.try_get(f).expect("the index holds a reference").lock();
+    // SAFETY: the index's raw reference is the freeze's other one; nothing uses it meanwhile.
+    let ticket = unsafe { g.freeze(1) }.map(|mut frozen| {
+        // SAFETY: (test) the index's slot is emptied: its reference is never used again.
+        assert!(unsafe { frozen.release_raw_refs(1) });
+        frozen
+            .end_for_free()
+            .expect("only the guard's reference is left")
+    });
+    let evicted = ticket.is_some();
+    match ticket {
+        Some(ticket) => {
+            let mut batch = pool.free_batch();
+            g.free_frozen(ticket, &mut batch);
+            drop(batch);
+        }
+        None => drop(g),
+    }
+    if evicted {
+        // The frame's next owner (a one-frame pool).
+        let new = pool.alloc(0).expect("the evicted frame is free at once");
+        assert_eq!(new.folio() as *const Folio as usize, p, "a one-frame pool");
+        bytes.write(2);
+        drop(new);
+    }
+    check(borrower.join().unwrap());
+    if !evicted {
+        // SAFETY: (test) the index's raw reference, given back once.
+        drop(unsafe { pool.ref_from_raw(raw(p)) });
+    }
+    // (The new owner's free may have been deferred while the borrower's slot still named the
+    // descriptor after its check failed; the count frees it.)
+    assert_eq!(pool.free_frames(), 1, "the frame is free again, once");
+    assert_eq!(pool.deferred_frees(), 0, "no free is left deferred");
+    let again = pool.alloc(0).expect("the frame is free");
+    assert!(pool.alloc(0).is_none(), "the frame was freed twice");
+    drop(again);
+}
+
+#[test]
+fn a_borrow_against_an_eviction() {
+    model(|| borrower_against_an_eviction(0));
+}
+
+#[test]
+fn broken_freeze_without_its_scan_is_caught_by_the_eviction_model() {
+    assert!(fails(|| borrower_against_an_eviction(broken::FREEZE_SCAN)));
+}
+
+#[test]
+fn broken_borrower_without_its_fence_is_caught_by_the_eviction_model() {
+    assert!(fails(|| borrower_against_an_eviction(
+        broken::BORROWER_FENCE
+    )));
+}
+
+/// Model 4: a borrower against a write fault (`mm/space.rs`: a pte's mapcount unit, then
 /// `writer_sees_readers`; if no reader is seen the sequence is bumped and the space writes
 /// through its pte with no further synchronisation; otherwise the spaces get a copy and these
 /// bytes are left alone).

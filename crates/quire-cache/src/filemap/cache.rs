@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, Weak};
 
 use super::mapping::Mapping;
 use super::{workers, CacheConfig, CacheStats, CachedFile, FilemapError, Result};
-use crate::mem::folio::{Folio, FolioGuard, FolioRef, FRAME_SHIFT};
+use crate::mem::folio::{Folio, FolioGuard, FolioRef, FreeTicket, FRAME_SHIFT};
 use crate::mem::pool::FramePool;
 use crate::store::Store;
 use crate::vmscan::{self, VmConfig, Vmscan};
@@ -134,17 +134,14 @@ impl Cache {
 }
 
 impl vmscan::Owners for Cache {
-    fn evict(
+    fn evict<'p>(
         &self,
-        g: &mut FolioGuard<'_>,
+        g: &mut FolioGuard<'p>,
         shadow: &mut dyn FnMut(&Folio) -> u64,
         memo: &mut vmscan::OwnerMemo,
-    ) -> bool {
+    ) -> Option<FreeTicket<'p>> {
         let id = g.mapping();
-        match memo.get(id, || self.mapping(id)) {
-            Some(m) => m.evict(g, shadow),
-            None => false,
-        }
+        memo.get(id, || self.mapping(id))?.evict(g, shadow)
     }
 
     fn write_back(&self, g: FolioGuard<'_>) {

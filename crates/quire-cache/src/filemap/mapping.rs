@@ -16,8 +16,8 @@ use super::{check_range, errno_of, Cache, FilemapError, FolioPtr, Result, DIRTY_
 use crate::bio::{Bio, BioEnd, BioOp};
 use crate::filemap::errseq::ErrSeq;
 use crate::mem::folio::{
-    Folio, FolioGuard, FolioRef, FrozenFolio, ACTIVE, DIRTY, FRAME_SHIFT, READAHEAD, REFERENCED,
-    UPTODATE, WORKINGSET, WRITEBACK,
+    Folio, FolioGuard, FolioRef, FreeTicket, FrozenFolio, ACTIVE, DIRTY, FRAME_SHIFT, READAHEAD,
+    REFERENCED, UPTODATE, WORKINGSET, WRITEBACK,
 };
 use crate::mem::pool::FramePool;
 use crate::stats::{count, Event};
@@ -348,27 +348,26 @@ impl Mapping {
     }
 
     /// Replaces the locked folio `g` by the shadow entry `shadow` computes, if it is still
-    /// this mapping's, clean, not under write-back, and held by nobody but the index and `g`;
-    /// returns whether it did (reclaim's eviction, the kernel's `__remove_mapping`).
+    /// this mapping's, clean, not under write-back, and held by nobody but the index and `g`
+    /// (reclaim's eviction, the kernel's `__remove_mapping`). If it did, the folio is left
+    /// frozen with only `g`'s reference, for `g` to free ([`FolioGuard::free_frozen`]).
     #[doc(alias = "__remove_mapping")]
-    pub(crate) fn evict(
+    pub(crate) fn evict<'p>(
         &self,
-        g: &mut FolioGuard<'_>,
+        g: &mut FolioGuard<'p>,
         shadow: &mut dyn FnMut(&Folio) -> u64,
-    ) -> bool {
+    ) -> Option<FreeTicket<'p>> {
         if !self.still_mapped(g, g.index()) || g.is_dirty() || g.is_writeback() {
-            return false;
+            return None;
         }
         // SAFETY: mapped (checked just now under the lock, and only a lock holder removes it),
         // so the index owns one raw reference; nobody uses it during the freeze.
-        let Some(mut frozen) = (unsafe { g.freeze(1) }) else {
-            return false;
-        };
+        let mut frozen = unsafe { g.freeze(1) }?;
         let folio = frozen.folio();
         // Test again now that nobody else holds it: a write-back that failed after the test
         // above made it dirty again before putting its reference, which the freeze saw.
         if folio.flags() & (DIRTY | WRITEBACK) != 0 {
-            return false;
+            return None;
         }
         if self.cleancache && folio.is_uptodate() {
             // A second tier below this one keeps a copy (frozen: the bytes cannot change).
@@ -378,11 +377,15 @@ impl Mapping {
         let value = shadow(folio);
         // Reclaim isolated it: on no list (see `unindex_folio`).
         debug_assert!(!folio.is_lru() && !folio.is_lru_pending());
-        self.unindex_folio(
+        if !self.unindex_folio(
             folio,
             Some(Entry::Value(value)),
             IndexRef::Frozen(&mut frozen),
-        )
+        ) {
+            return None;
+        }
+        // The index's reference went with its slot: the guard's is the last.
+        frozen.end_for_free().ok()
     }
 
     /// Records a write-back failure for every handle's next `fsync`.

@@ -14,6 +14,7 @@
 //! | freezer ([`crate::mem::Folio::try_freeze`]) | freezes the count and makes the sequence odd; `fence(SeqCst)`; scans the slots ([`borrowed`]): a slot naming the folio fails the freeze, as another reference would |
 //! | writable pte (`mm::rmap::writer_sees_readers`) | raises the mapcount; `fence(SeqCst)`; a slot naming the folio gives the spaces a copy, as a reference would |
 //! | free ([`crate::mem::FramePool`]'s free path) | advances the sequence; `fence(SeqCst)`; if a slot names the folio ([`borrowed`]), puts it on the pool's deferred list instead of freeing it |
+//! | free of an evicted folio ([`crate::mem::FolioGuard::free_frozen`]) | frees a folio its freeze left at a count of zero, with no fence or scan of its own: the freeze's scan found no slot, so every borrow begun after it fails its check (the sequence moved at the freeze and only moves on), and no reference could be taken since |
 //! | borrower's end ([`Borrow::end`], or dropping the borrow) | stores 0 to its slot (release): a plain store |
 //! | deferred free (`FramePool::free_deferred`: at the next free, an allocation that finds no block, a drain or a count of free frames) | frees each deferred folio no slot names any more ([`named`]) |
 //!

@@ -484,6 +484,49 @@ impl Buddy {
         }
     }
 
+    /// Frees several blocks (frame number, order) at once: the order-0 ones under one lock of
+    /// the calling thread's cache shard, as [`Buddy::free`] would one by one.
+    ///
+    /// # Safety
+    ///
+    /// As [`Buddy::free`], for each block.
+    pub unsafe fn free_many(&self, blocks: &[(u32, u32)]) {
+        if self.pcp_high == 0 {
+            for &(pfn, order) in blocks {
+                // SAFETY: the caller's promise, block by block.
+                unsafe { self.free(pfn, order) };
+            }
+            return;
+        }
+        let mut pcp = self.my_shard().lock();
+        let mut cached = 0;
+        for &(pfn, order) in blocks {
+            debug_assert!(order <= MAX_ORDER && (pfn as usize) < self.nr_frames);
+            debug_assert_eq!(pfn % (1 << order), 0, "misaligned free of frame {pfn}");
+            if order == 0 {
+                pcp.allocated -= 1;
+                pcp.frames.push(pfn);
+                cached += 1;
+            } else {
+                let mut zone = self.zone();
+                zone.allocated -= 1 << order;
+                zone.give(pfn, order);
+            }
+        }
+        self.cached_free.fetch_add(cached, StdOrdering::Relaxed);
+        if pcp.frames.len() > self.pcp_high {
+            // Give the oldest frames back, as `free` does, down to the mark it leaves.
+            let n = (pcp.frames.len() - self.pcp_high)
+                .max(self.pcp_batch)
+                .min(pcp.frames.len());
+            let mut zone = self.zone();
+            for pfn in pcp.frames.drain(..n) {
+                zone.give(pfn, 0);
+            }
+            self.cached_free.fetch_sub(n, StdOrdering::Relaxed);
+        }
+    }
+
     /// Returns every frame held in the order-0 caches to the free lists (where it merges with its
     /// buddies). Returns how many frames were moved.
     #[doc(alias = "drain_all_pages")]

@@ -132,7 +132,7 @@
 use std::fmt;
 use std::ptr::NonNull;
 
-use crate::mem::pool::FramePool;
+use crate::mem::pool::{FramePool, FreeBatch};
 use crate::sync::bitwait::{self, Cancel, WaitError, WaitPolicy};
 use crate::sync::loom::{fence, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
@@ -148,7 +148,7 @@ pub use flags::{
     REFAULTED, REFERENCED, REFS_MASK, REFS_SHIFT, SWAPCACHE, UNEVICTABLE, UPTODATE, WAITERS,
     WB_FAILED, WORKINGSET, WRITEBACK,
 };
-pub use guard::{FolioGuard, FrozenFolio};
+pub use guard::{FolioGuard, FreeTicket, FrozenFolio};
 pub use reference::FolioRef;
 
 /// One descriptor of the memmap; the head descriptor of a folio describes the folio. See the
@@ -689,6 +689,18 @@ impl Folio {
     /// Resets a folio whose count just reached zero; returns its order. Only [`LOCKED`] and
     /// [`WAITERS`] survive (bitwait's, which a stray guardless locker may hold).
     pub(crate) fn reset_freed(&self) -> u32 {
+        self.reset_freed_moving_seq(2)
+    }
+
+    /// [`Folio::reset_freed`] for a folio freed from its freeze ([`FolioGuard::free_frozen`]):
+    /// the sequence, odd since the freeze, moves by three, to an even value as an unfreeze
+    /// and a free would leave it (a freeze of the frames' next folio makes it odd again).
+    pub(crate) fn reset_frozen_freed(&self) -> u32 {
+        debug_assert!(self.seq.load(Ordering::Relaxed) & 1 != 0, "not frozen");
+        self.reset_freed_moving_seq(3)
+    }
+
+    fn reset_freed_moving_seq(&self, step: u32) -> u32 {
         let old = self.flags.fetch_and(LOCKED | WAITERS, Ordering::Relaxed);
         debug_assert!(old & HEAD != 0, "freeing a descriptor that heads no folio");
         debug_assert!(
@@ -700,7 +712,7 @@ impl Folio {
         self.private.store(0, Ordering::Relaxed);
         // Whoever gets these frames next writes them (after the release fence every allocation
         // issues): a reader that began before must retry.
-        self.seq.fetch_add(2, Ordering::Release);
+        self.seq.fetch_add(step, Ordering::Release);
         ((old & ORDER_MASK) >> ORDER_SHIFT) as u32
     }
 }

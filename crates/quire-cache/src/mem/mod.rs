@@ -44,5 +44,5 @@ pub use buddy::BuddyStats;
 #[cfg(any(feature = "bench-internals", loom))]
 pub use buddy::{Buddy, MAX_ORDER};
 pub use dirtybit::{DirtyBitKind, DirtyBitMode, DirtyBits};
-pub use folio::{Folio, FolioGuard, FolioRef, FrozenFolio, FRAME_SHIFT, FRAME_SIZE};
-pub use pool::{FramePool, PoolError};
+pub use folio::{Folio, FolioGuard, FolioRef, FreeTicket, FrozenFolio, FRAME_SHIFT, FRAME_SIZE};
+pub use pool::{FramePool, FreeBatch, PoolError};

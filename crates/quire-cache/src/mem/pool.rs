@@ -44,6 +44,67 @@ use crate::mem::folio::{Folio, FolioGuard, FolioRef, FRAME_SHIFT, FRAME_SIZE};
 use crate::sync::bitwait::WaitPolicy;
 use crate::sync::loom::{fence, AtomicUsize, Mutex, Ordering};
 
+/// Folios a [`FreeBatch`] holds before it frees them (the kernel's `PAGEVEC_SIZE` is 31).
+const FREE_BATCH: usize = 32;
+
+/// Folios freed together, from the frozen state their eviction left them in
+/// ([`FolioGuard::free_frozen`]): one lock of the buddy allocator's order-0 cache and one look
+/// at the deferred list for a whole round of reclaim, where a free of each folio as its last
+/// reference goes takes them once per folio. The batch frees what it holds when full and when
+/// dropped (the kernel's `free_unref_folios`).
+#[doc(alias = "folio_batch")]
+pub struct FreeBatch<'p> {
+    pool: &'p FramePool,
+    /// Frame number and order of each folio, reset already.
+    blocks: [(u32, u32); FREE_BATCH],
+    len: usize,
+}
+
+impl<'p> FreeBatch<'p> {
+    /// Adds a folio whose count is zero, unlocked, and whose frames no borrow can read (see
+    /// [`FolioGuard::free_frozen`], its one caller): its descriptor is reset now.
+    pub(crate) fn push(&mut self, folio: &'p Folio) {
+        let order = folio.reset_frozen_freed();
+        let pfn = self.pool.pfn_of_desc(folio) as u32;
+        self.blocks[self.len] = (pfn, order);
+        self.len += 1;
+        if self.len == FREE_BATCH {
+            self.flush();
+        }
+    }
+
+    /// Frees what the batch holds.
+    fn flush(&mut self) {
+        if self.len == 0 {
+            return;
+        }
+        // SAFETY: each block is a folio whose count reached zero in its freeze, reset in `push`
+        // and freed nowhere else (its guard was consumed by `free_frozen`): one free of the
+        // block `alloc` handed out at that frame with that order.
+        unsafe { self.pool.buddy.free_many(&self.blocks[..self.len]) };
+        self.len = 0;
+        if self.pool.nr_deferred.load(Ordering::Relaxed) != 0 {
+            self.pool.free_deferred();
+        }
+    }
+
+    /// How many folios wait in the batch.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the batch holds none.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl Drop for FreeBatch<'_> {
+    fn drop(&mut self) {
+        self.flush();
+    }
+}
+
 /// The alignment of the pool's start: one order-[`MAX_ORDER`] block (2 MiB).
 pub(crate) const POOL_ALIGN: usize = FRAME_SIZE << MAX_ORDER;
 
@@ -355,6 +416,15 @@ impl FramePool {
         self.release(folio);
         if self.nr_deferred.load(Ordering::Relaxed) != 0 {
             self.free_deferred();
+        }
+    }
+
+    /// A batch of folios to free together ([`FolioGuard::free_frozen`]), empty.
+    pub fn free_batch(&self) -> FreeBatch<'_> {
+        FreeBatch {
+            pool: self,
+            blocks: [(0, 0); FREE_BATCH],
+            len: 0,
         }
     }
 

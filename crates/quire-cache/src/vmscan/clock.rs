@@ -53,6 +53,8 @@ impl Clock {
         let mut hand = self.hand.lock();
         let mut freed = 0;
         let mut scanned = 0;
+        // The evicted folios, freed together (by the time this returns).
+        let mut batch = pool.free_batch();
         while freed < want && scanned < 2 * n {
             let pfn = *hand % n;
             let Some(folio) = pool.folio(pfn) else {
@@ -95,11 +97,12 @@ impl Clock {
                 continue;
             }
             let nr = g.nr_frames();
-            if owners.evict(
+            if let Some(ticket) = owners.evict(
                 &mut g,
                 &mut |folio| vm.workingset_eviction(folio),
                 &mut OwnerMemo::default(),
             ) {
+                g.free_frozen(ticket, &mut batch);
                 freed += nr;
                 vm.counters.add(Event::PgSteal, nr as u64);
             }

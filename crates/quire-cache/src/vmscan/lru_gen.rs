@@ -690,7 +690,8 @@ impl MultiGen {
         sc: &mut ScanControl,
     ) -> Vec<FolioRef<'p>> {
         let tier_idx = self.feedback.tier_idx(type_);
-        let mut out = Vec::new();
+        // Sized once: a round takes at most `nr` frames, and rounds are small.
+        let mut out = Vec::with_capacity(nr.min(SWAP_CLUSTER_MAX));
         let mut g = vm.lruvec.lock(pool);
         g.lists.gen.full = true;
         let mut taken = 0;

@@ -84,7 +84,7 @@ pub use lru_gen::LruGenStats;
 pub use policy::{ReclaimPolicy, UnknownReclaimPolicy};
 pub(crate) use workingset::{GenShadow, Refault};
 
-use crate::mem::folio::{Folio, FolioGuard, FRAME_SHIFT};
+use crate::mem::folio::{Folio, FolioGuard, FreeTicket, FRAME_SHIFT};
 use crate::stats::Counters;
 use crate::sync::bitwait::WaitPolicy;
 use crate::xarray::{ListedNode, NodeList};
@@ -217,14 +217,16 @@ impl OwnerMemo {
 pub(crate) trait Owners: Sync {
     /// Removes the locked folio `g` from its owner if it still belongs there, is clean, not
     /// under write-back and referenced only by its owner and `g`: freezes it, asks `shadow`
-    /// for the value its slot keeps, and replaces it. Returns whether it did; the folio is
-    /// then freed when `g` goes. `memo` keeps the owner found for the next folio of the round.
-    fn evict(
+    /// for the value its slot keeps, and replaces it. If it did, the folio is left frozen with
+    /// only `g`'s reference, and the ticket returned has `g` free it
+    /// ([`FolioGuard::free_frozen`]). `memo` keeps the owner found for the next folio of the
+    /// round.
+    fn evict<'p>(
         &self,
-        g: &mut FolioGuard<'_>,
+        g: &mut FolioGuard<'p>,
         shadow: &mut dyn FnMut(&Folio) -> u64,
         memo: &mut OwnerMemo,
-    ) -> bool;
+    ) -> Option<FreeTicket<'p>>;
     /// Writes the locked, dirty folio back now (the clock policy only; LRU reclaim leaves
     /// write-back to the flusher).
     fn write_back(&self, g: FolioGuard<'_>);

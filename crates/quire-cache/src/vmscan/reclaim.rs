@@ -80,7 +80,7 @@ impl Vmscan {
         lru: Lru,
         nr: usize,
     ) -> Vec<FolioRef<'p>> {
-        let mut out = Vec::new();
+        let mut out = Vec::with_capacity(nr.min(SWAP_CLUSTER_MAX));
         let mut g = self.lruvec.lock(pool);
         let mut taken = 0;
         let mut skipped = 0;
@@ -131,6 +131,8 @@ impl Vmscan {
         // the policy puts these back where reclaim does not come straight back to them.
         let mut rejected = Vec::new();
         let mut memo = OwnerMemo::default();
+        // The evicted folios, freed together.
+        let mut freed = pool.free_batch();
         for f in folios {
             let nr = f.nr_frames();
             let mut g = match f.try_lock_with(self.wait_policy) {
@@ -202,17 +204,19 @@ impl Vmscan {
                 keep.push(g.unlock());
                 continue;
             }
-            if owners.evict(
+            match owners.evict(
                 &mut g,
                 &mut |folio| self.workingset_eviction(folio),
                 &mut memo,
             ) {
-                reclaimed += nr;
-                drop(g);
-            } else {
-                rejected.push(g.unlock());
+                Some(ticket) => {
+                    reclaimed += nr;
+                    g.free_frozen(ticket, &mut freed);
+                }
+                None => rejected.push(g.unlock()),
             }
         }
+        drop(freed);
         // The owners the round kept go now, with no folio locked: a file whose last handle went
         // meanwhile is dropped here (its `Drop` locks its folios).
         drop(memo);

@@ -66,6 +66,7 @@ use crate::sync::loom::{Mutex, MutexGuard};
 pub(crate) const BATCH: usize = 15;
 
 /// A folio's descriptor, queued in a batch (no reference: see the module documentation).
+#[derive(Clone, Copy)]
 struct Held(NonNull<Folio>);
 
 // SAFETY: a `Held` is the address of a descriptor, which is `Sync` and lives as long as the
@@ -91,15 +92,39 @@ enum Op {
     Rotate,
 }
 
+/// One batch, in place: up to [`BATCH`] descriptors, so that queueing never allocates.
+#[derive(Default)]
+struct Batch {
+    folios: [Option<Held>; BATCH],
+    len: usize,
+}
+
+impl Batch {
+    /// Adds `held`; whether the batch is full now.
+    fn push(&mut self, held: Held) -> bool {
+        self.folios[self.len] = Some(held);
+        self.len += 1;
+        self.len == BATCH
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &Folio> {
+        self.folios[..self.len].iter().flatten().map(Held::folio)
+    }
+}
+
 #[derive(Default)]
 struct Shard {
-    add: Vec<Held>,
-    activate: Vec<Held>,
-    rotate: Vec<Held>,
+    add: Batch,
+    activate: Batch,
+    rotate: Batch,
 }
 
 impl Shard {
-    fn list(&mut self, op: Op) -> &mut Vec<Held> {
+    fn list(&mut self, op: Op) -> &mut Batch {
         match op {
             Op::Add => &mut self.add,
             Op::Activate => &mut self.activate,
@@ -229,8 +254,7 @@ impl Vmscan {
         let full = {
             let mut shard = self.batches.mine();
             let list = shard.list(op);
-            list.push(held);
-            if list.len() >= BATCH {
+            if list.push(held) {
                 std::mem::take(list)
             } else {
                 return;
@@ -240,13 +264,13 @@ impl Vmscan {
     }
 
     /// Applies a batch under the LRU lock.
-    fn apply(&self, pool: &FramePool, op: Op, batch: Vec<Held>) {
+    fn apply(&self, pool: &FramePool, op: Op, batch: Batch) {
         if batch.is_empty() {
             return;
         }
         let mut g = self.lruvec.lock(pool);
-        for h in &batch {
-            self.apply_one(&mut g, op, h.folio());
+        for f in batch.iter() {
+            self.apply_one(&mut g, op, f);
         }
         drop(g);
         self.counters.count(Event::LruBatchDrains);

@@ -131,6 +131,29 @@ impl<'p> FolioGuard<'p> {
         }
     }
 
+    /// Frees the folio `ticket` says this guard's freeze left at a count of zero: unlocks it
+    /// and gives its frames to `batch`, which frees them with the batch's others. Neither an
+    /// unfreeze nor the free's look for borrowers ([`FramePool`]'s free path) is needed: no
+    /// reference could be taken while the count was zero, and the freeze's own scan of the
+    /// borrow slots found none, so every borrow begun after it fails its check (the sequence
+    /// moved at the freeze and only moves on from there: `mem/borrow.rs`).
+    ///
+    /// # Panics
+    ///
+    /// If `ticket` is another folio's.
+    #[inline]
+    #[doc(alias = "free_unref_folios")]
+    pub fn free_frozen(self, ticket: FreeTicket<'p>, batch: &mut FreeBatch<'p>) {
+        assert!(
+            std::ptr::eq(ticket.folio, self.folio),
+            "a free ticket handed to another folio's guard"
+        );
+        let (folio, policy) = (self.folio, self.policy);
+        std::mem::forget(self);
+        policy.unlock(&folio.flags);
+        batch.push(folio);
+    }
+
     /// Unlocks and returns the reference.
     #[inline]
     #[doc(alias = "folio_unlock")]
@@ -245,6 +268,40 @@ impl<'p> FrozenFolio<'_, 'p> {
     #[inline]
     pub fn restore_count(&self) -> u32 {
         self.restore
+    }
+
+    /// Ends the freeze with the count left at zero, when the guard's own reference is the only
+    /// one left (every raw one given up with [`FrozenFolio::release_raw_refs`]): the folio is
+    /// to be freed from the frozen state by [`FolioGuard::free_frozen`], as the kernel frees a
+    /// folio `__remove_mapping` froze without unfreezing it. Gives the freeze back while other
+    /// references remain.
+    #[inline]
+    pub fn end_for_free(self) -> Result<FreeTicket<'p>, Self> {
+        if self.restore != 1 {
+            return Err(self);
+        }
+        let folio = self.guard.folio;
+        std::mem::forget(self);
+        Ok(FreeTicket { folio })
+    }
+}
+
+/// A folio whose freeze ended with its count at zero and only its guard's reference left
+/// ([`FrozenFolio::end_for_free`]): hand it to that guard's [`FolioGuard::free_frozen`]. The
+/// guard must not be dropped or unlocked meanwhile (its reference is counted nowhere: putting
+/// it would find the count at zero and panic).
+#[must_use = "the folio's guard must free it with `FolioGuard::free_frozen`"]
+#[derive(Debug)]
+pub struct FreeTicket<'p> {
+    folio: &'p Folio,
+}
+
+impl fmt::Debug for FrozenFolio<'_, '_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FrozenFolio")
+            .field("folio", self.guard.folio)
+            .field("restore", &self.restore)
+            .finish()
     }
 }
 

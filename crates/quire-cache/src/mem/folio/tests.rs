@@ -45,3 +45,61 @@ fn try_get_fails_at_zero_and_freeze_blocks_it() {
     assert!(f.put());
     assert_eq!(f.reset_freed(), 0);
 }
+
+#[test]
+fn a_folio_freed_from_its_freeze_leaves_the_frame_free_once_with_an_even_sequence() {
+    let pool = FramePool::with_caches(4 * FRAME_SIZE, 1, 2).unwrap();
+    let f = pool.alloc(0).unwrap();
+    let p = f.folio() as *const Folio;
+    let mut g = f.lock();
+    g.mark_uptodate();
+    // SAFETY: the guard's reference is the only one.
+    let frozen = unsafe { g.freeze(0) }.unwrap();
+    let ticket = frozen.end_for_free().unwrap();
+    let mut batch = pool.free_batch();
+    g.free_frozen(ticket, &mut batch);
+    assert_eq!(batch.len(), 1);
+    assert_eq!(pool.free_frames(), 3, "held by the batch until it frees");
+    drop(batch);
+    assert_eq!(pool.free_frames(), 4, "freed once");
+    // The frame's next folio starts from an even sequence, so a reference-free read of it
+    // stands, and a freeze of it makes the sequence odd (a reader's copy is thrown away).
+    let again = pool.alloc(0).unwrap();
+    assert!(
+        std::ptr::eq(again.folio(), p),
+        "the cache hands the frame out again"
+    );
+    let mut g = again.lock();
+    g.mark_uptodate();
+    let (seq, _) = g.read_seq_begin().expect("an even sequence");
+    // SAFETY: the guard's reference is the only one.
+    let frozen = unsafe { g.freeze(0) }.unwrap();
+    assert!(
+        frozen.folio().read_seq_begin().is_none(),
+        "odd while frozen"
+    );
+    assert!(
+        frozen.folio().read_seq_retry(seq),
+        "a copy begun before is thrown away"
+    );
+    drop(frozen);
+}
+
+#[test]
+fn a_freeze_that_other_references_outlive_is_not_ended_for_a_free() {
+    let pool = FramePool::with_caches(FRAME_SIZE, 1, 0).unwrap();
+    let f = pool.alloc(0).unwrap();
+    let other = f.clone();
+    let mut g = f.lock();
+    // SAFETY: `other` is the one other reference, unused during the freeze.
+    let frozen = unsafe { g.freeze(1) }.unwrap();
+    let Err(frozen) = frozen.end_for_free() else {
+        panic!("ended for a free while another reference remains");
+    };
+    assert_eq!(frozen.restore_count(), 2);
+    drop(frozen);
+    drop(g);
+    assert_eq!(pool.free_frames(), 0);
+    drop(other);
+    assert_eq!(pool.free_frames(), 1);
+}
