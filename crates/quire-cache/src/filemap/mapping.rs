@@ -385,7 +385,11 @@ impl Mapping {
             return None;
         }
         // The index's reference went with its slot: the guard's is the last.
-        frozen.end_for_free().ok()
+        Some(
+            frozen
+                .end_for_free()
+                .expect("a freeze of the guard's and the index's references only"),
+        )
     }
 
     /// Records a write-back failure for every handle's next `fsync`.

@@ -499,31 +499,28 @@ impl Buddy {
             return;
         }
         let mut pcp = self.my_shard().lock();
-        let mut cached = 0;
         for &(pfn, order) in blocks {
             debug_assert!(order <= MAX_ORDER && (pfn as usize) < self.nr_frames);
             debug_assert_eq!(pfn % (1 << order), 0, "misaligned free of frame {pfn}");
-            if order == 0 {
-                pcp.allocated -= 1;
-                pcp.frames.push(pfn);
-                cached += 1;
-            } else {
+            if order != 0 {
                 let mut zone = self.zone();
                 zone.allocated -= 1 << order;
                 zone.give(pfn, order);
+                continue;
             }
-        }
-        self.cached_free.fetch_add(cached, StdOrdering::Relaxed);
-        if pcp.frames.len() > self.pcp_high {
-            // Give the oldest frames back, as `free` does, down to the mark it leaves.
-            let n = (pcp.frames.len() - self.pcp_high)
-                .max(self.pcp_batch)
-                .min(pcp.frames.len());
-            let mut zone = self.zone();
-            for pfn in pcp.frames.drain(..n) {
-                zone.give(pfn, 0);
+            pcp.allocated -= 1;
+            pcp.frames.push(pfn);
+            self.cached_free.fetch_add(1, StdOrdering::Relaxed);
+            if pcp.frames.len() > self.pcp_high {
+                // As `free` does: the oldest frames back, so the shard never holds more than
+                // `pcp_high + 1` (the capacity it keeps).
+                let n = self.pcp_batch.min(pcp.frames.len());
+                let mut zone = self.zone();
+                for pfn in pcp.frames.drain(..n) {
+                    zone.give(pfn, 0);
+                }
+                self.cached_free.fetch_sub(n, StdOrdering::Relaxed);
             }
-            self.cached_free.fetch_sub(n, StdOrdering::Relaxed);
         }
     }
 
@@ -653,5 +650,34 @@ mod tests {
         assert_eq!(s.free + s.cached, 64);
         let big: Vec<u32> = std::iter::from_fn(|| b.alloc(3)).collect();
         assert_eq!(big.len(), 8, "the caches were drained so everything merged");
+    }
+
+    #[test]
+    fn free_many_frees_mixed_orders_once_and_keeps_the_cache_under_its_mark() {
+        for high in [0, 4] {
+            let b = Buddy::with_caches(64, 1, high);
+            let small: Vec<u32> = (0..24).map(|_| b.alloc(0).unwrap()).collect();
+            let big: Vec<u32> = (0..3).map(|_| b.alloc(2).unwrap()).collect();
+            let mut blocks: Vec<(u32, u32)> = small.iter().map(|&p| (p, 0)).collect();
+            // Orders interleaved, as a round of reclaim frees them.
+            for (i, &p) in big.iter().enumerate() {
+                blocks.insert(4 * i + 1, (p, 2));
+            }
+            // SAFETY: each block was allocated above with its order and is freed once.
+            unsafe { b.free_many(&blocks) };
+            let s = b.stats();
+            assert_eq!(s.allocated, 0, "high {high}");
+            assert_eq!(s.free + s.cached, 64, "high {high}");
+            assert!(
+                s.cached <= high,
+                "the cache holds {} over its mark {high}",
+                s.cached
+            );
+            // Everything is free exactly once: the whole range comes back as whole blocks.
+            b.drain();
+            let all: Vec<u32> = std::iter::from_fn(|| b.alloc(3)).collect();
+            assert_eq!(all.len(), 8, "high {high}: merged back into order-3 blocks");
+            assert_eq!(b.alloc(0), None, "high {high}: a frame was freed twice");
+        }
     }
 }

@@ -63,6 +63,9 @@
 //! - Freezing (with the folio locked) swaps an expected count for 0, so no new reference can be
 //!   taken, and unfreezing stores a count back. A page cache removes a folio from its index while
 //!   it is frozen, so a concurrent lookup either fails `try_get` or no longer finds the folio.
+//! - A freeze that ends with only its guard's reference left may free the folio without
+//!   unfreezing ([`FrozenFolio::end_for_free`], [`FolioGuard::free_frozen`]): reclaim's eviction.
+//!   The count stays 0 from the freeze to the frames' next allocation.
 //!
 //! A *raw* reference is a counted reference with no `FolioRef` value: what
 //! [`FolioRef::into_raw`] leaves (e.g. the page cache's own reference from its index), or a
@@ -90,8 +93,10 @@
 //!
 //! So an up-to-date folio's bytes never change under a reader that holds a reference — nor
 //! under a borrower that names the folio in its borrow slot (`mem/borrow.rs`): a freeze that
-//! finds one fails as if it were another reference, and a free that finds one is deferred
-//! until the borrow has ended (`FramePool`'s deferred list). A file
+//! finds one fails as if it were another reference, a free that finds one is deferred
+//! until the borrow has ended (`FramePool`'s deferred list), and the free of a folio from its
+//! freeze needs no look of its own (the freeze's found none, and every borrow begun after it
+//! fails its check). A file
 //! folio that spaces of [`crate::mm`] map writable is written through raw pointers, outside
 //! these rules; the page cache keeps them by write-protecting the spaces' ptes before it lends
 //! a zero-copy reader the bytes, and a write fault that sees a reader's reference gives the
@@ -111,6 +116,7 @@
 //! | freeze ([`Folio::try_freeze`]): an in-place write, an eviction | +1 (odd until the unfreeze) | bump, then a release fence before any write |
 //! | unfreeze ([`Folio::unfreeze`]) | +1 (even) | release: after the writes made while frozen |
 //! | free ([`FramePool`]'s free path: `seq_retire` before it looks for borrowers, then `reset_freed`, at once or when a deferred free is carried out) | +2, and +2 again | release; every allocation issues a release fence before its owner writes the frames |
+//! | free from a freeze ([`FolioGuard::free_frozen`]: `reset_frozen_freed`, no unfreeze) | +3 (even again) | as the free |
 //! | a space gets a writable pte (`seq_bump`, from `mm`) | +2 | release (after the mapcount went up), then a release fence before the space writes |
 //!
 //! A reader takes the sequence (acquire, odd = give up), then checks the flag word (up to date,
@@ -119,7 +125,10 @@
 //! copy overlapped any write above, the re-read sees a different value. A reader that reads a
 //! bumped sequence at the start also sees what came before the bump (the mapcount, the new
 //! owner's flags), so it declines. The sequence is on the head; freeing a folio bumps its head,
-//! which covers every frame it had. `tests/loom_seq.rs` checks each row against a broken variant.
+//! which covers every frame it had. `tests/loom_seq.rs` checks the rows of the freeze, the
+//! unfreeze, the free and the pte against a broken variant; the free from a freeze is checked
+//! by `tests/loom_borrow.rs` (its borrower) and by `tests/filemap_reader.rs` (copies that must
+//! never be torn or another file's while reclaim evicts and reuses the frames).
 //!
 //! # Finding the allocator
 //!
@@ -158,8 +167,8 @@ pub struct Folio {
     flags: AtomicU64,
     refcount: AtomicU32,
     /// The byte sequence (a seqcount): odd while the folio is frozen — the only time the bytes
-    /// of an up-to-date folio change in place — and advanced by two when the folio is freed and
-    /// when a space may start writing it through a mapping. A reader that holds no reference
+    /// of an up-to-date folio change in place — and moved on, to an even value, when the folio
+    /// is freed and when a space may start writing it through a mapping. A reader that holds no reference
     /// copies the bytes between two reads of it and keeps the copy only if both are the same
     /// even value ([`Folio::read_seq_begin`], [`Folio::read_seq_retry`]).
     seq: AtomicU32,

@@ -73,8 +73,13 @@ impl<'p> FreeBatch<'p> {
         }
     }
 
-    /// Frees what the batch holds.
-    fn flush(&mut self) {
+    /// Whether the batch frees into `pool`.
+    pub(crate) fn is_of(&self, pool: &FramePool) -> bool {
+        std::ptr::eq(self.pool, pool)
+    }
+
+    /// Frees what the batch holds now (dropping the batch does too).
+    pub fn flush(&mut self) {
         if self.len == 0 {
             return;
         }

@@ -90,7 +90,9 @@ impl Clock {
             vm.counters.add(Event::PgScan, g.nr_frames() as u64);
             if g.is_dirty() {
                 // Written back now, evicted on a later pass once clean. The hand is released
-                // for the I/O so that other allocating threads can sweep meanwhile.
+                // for the I/O so that other allocating threads can sweep meanwhile, and what
+                // this sweep freed goes to them first.
+                batch.flush();
                 drop(hand);
                 owners.write_back(g);
                 hand = self.hand.lock();

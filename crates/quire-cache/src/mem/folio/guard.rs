@@ -140,13 +140,17 @@ impl<'p> FolioGuard<'p> {
     ///
     /// # Panics
     ///
-    /// If `ticket` is another folio's.
+    /// If `ticket` is another folio's, or `batch` another pool's.
     #[inline]
     #[doc(alias = "free_unref_folios")]
     pub fn free_frozen(self, ticket: FreeTicket<'p>, batch: &mut FreeBatch<'p>) {
         assert!(
             std::ptr::eq(ticket.folio, self.folio),
             "a free ticket handed to another folio's guard"
+        );
+        assert!(
+            batch.is_of(self.pool),
+            "a folio freed into another pool's batch"
         );
         let (folio, policy) = (self.folio, self.policy);
         std::mem::forget(self);

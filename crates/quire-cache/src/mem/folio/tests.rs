@@ -53,6 +53,8 @@ fn a_folio_freed_from_its_freeze_leaves_the_frame_free_once_with_an_even_sequenc
     let p = f.folio() as *const Folio;
     let mut g = f.lock();
     g.mark_uptodate();
+    // A reference-free reader's start before the eviction.
+    let (before, _) = g.read_seq_begin().unwrap();
     // SAFETY: the guard's reference is the only one.
     let frozen = unsafe { g.freeze(0) }.unwrap();
     let ticket = frozen.end_for_free().unwrap();
@@ -72,6 +74,10 @@ fn a_folio_freed_from_its_freeze_leaves_the_frame_free_once_with_an_even_sequenc
     let mut g = again.lock();
     g.mark_uptodate();
     let (seq, _) = g.read_seq_begin().expect("an even sequence");
+    assert!(
+        g.read_seq_retry(before),
+        "a copy begun before the eviction is thrown away"
+    );
     // SAFETY: the guard's reference is the only one.
     let frozen = unsafe { g.freeze(0) }.unwrap();
     assert!(
