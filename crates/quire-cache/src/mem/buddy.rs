@@ -464,23 +464,9 @@ impl Buddy {
         debug_assert!(order <= MAX_ORDER && (pfn as usize) < self.nr_frames);
         debug_assert_eq!(pfn % (1 << order), 0, "misaligned free of frame {pfn}");
         if order == 0 && self.pcp_high > 0 {
-            let mut pcp = self.my_shard().lock();
-            pcp.allocated -= 1;
-            pcp.frames.push(pfn);
-            self.cached_free.fetch_add(1, StdOrdering::Relaxed);
-            if pcp.frames.len() > self.pcp_high {
-                // Give the oldest frames back; keep the recently freed (cache-warm) ones.
-                let n = self.pcp_batch.min(pcp.frames.len());
-                let mut zone = self.zone();
-                for pfn in pcp.frames.drain(..n) {
-                    zone.give(pfn, 0);
-                }
-                self.cached_free.fetch_sub(n, StdOrdering::Relaxed);
-            }
+            self.cache_frame(&mut self.my_shard().lock(), pfn);
         } else {
-            let mut zone = self.zone();
-            zone.allocated -= 1 << order;
-            zone.give(pfn, order);
+            self.free_to_zone(pfn, order);
         }
     }
 
@@ -502,26 +488,36 @@ impl Buddy {
         for &(pfn, order) in blocks {
             debug_assert!(order <= MAX_ORDER && (pfn as usize) < self.nr_frames);
             debug_assert_eq!(pfn % (1 << order), 0, "misaligned free of frame {pfn}");
-            if order != 0 {
-                let mut zone = self.zone();
-                zone.allocated -= 1 << order;
-                zone.give(pfn, order);
-                continue;
-            }
-            pcp.allocated -= 1;
-            pcp.frames.push(pfn);
-            self.cached_free.fetch_add(1, StdOrdering::Relaxed);
-            if pcp.frames.len() > self.pcp_high {
-                // As `free` does: the oldest frames back, so the shard never holds more than
-                // `pcp_high + 1` (the capacity it keeps).
-                let n = self.pcp_batch.min(pcp.frames.len());
-                let mut zone = self.zone();
-                for pfn in pcp.frames.drain(..n) {
-                    zone.give(pfn, 0);
-                }
-                self.cached_free.fetch_sub(n, StdOrdering::Relaxed);
+            if order == 0 {
+                self.cache_frame(&mut pcp, pfn);
+            } else {
+                self.free_to_zone(pfn, order);
             }
         }
+    }
+
+    /// Puts a freed frame in the locked order-0 cache `pcp`; past [`Buddy::pcp_high`], gives the
+    /// oldest back (keeping the recently freed, cache-warm ones), so the shard never holds more
+    /// than `pcp_high + 1` (the capacity it keeps).
+    fn cache_frame(&self, pcp: &mut Pcp, pfn: u32) {
+        pcp.allocated -= 1;
+        pcp.frames.push(pfn);
+        self.cached_free.fetch_add(1, StdOrdering::Relaxed);
+        if pcp.frames.len() > self.pcp_high {
+            let n = self.pcp_batch.min(pcp.frames.len());
+            let mut zone = self.zone();
+            for pfn in pcp.frames.drain(..n) {
+                zone.give(pfn, 0);
+            }
+            self.cached_free.fetch_sub(n, StdOrdering::Relaxed);
+        }
+    }
+
+    /// Gives a freed block straight to the zone's free lists.
+    fn free_to_zone(&self, pfn: u32, order: u32) {
+        let mut zone = self.zone();
+        zone.allocated -= 1 << order;
+        zone.give(pfn, order);
     }
 
     /// Returns every frame held in the order-0 caches to the free lists (where it merges with its
