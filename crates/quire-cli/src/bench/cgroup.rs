@@ -4,6 +4,9 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -81,6 +84,38 @@ impl MemGroup {
             .with_context(|| format!("parsing {}", p.display()))
     }
 
+    /// Holds the group's page cache to `cache` bytes beyond what its processes hold of their
+    /// own, as the group's memory grows and shrinks: every [`FOLLOW_EVERY`] the bound is set to
+    /// `cache` plus the group's own memory ([`Usage::own`]). A v1 group bounds its processes'
+    /// memory and their page cache together, so a fixed bound with room for a heap to grow
+    /// lets the page cache fill that room while the heap does not; this bound gives a heap
+    /// what it takes and the page cache what it was allowed. Stops when dropped.
+    pub(super) fn follow(&self, cache: u64) -> Follower {
+        let dir = self.dir.clone();
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut peak = Peaks::default();
+            while !flag.load(Ordering::Relaxed) {
+                if let Ok(u) = Usage::read(&dir) {
+                    let bound = cache + u.own();
+                    // Lowering a bound below what the group holds makes the writer reclaim
+                    // its page cache; where it can't (pages under write-back) the kernel
+                    // refuses (EBUSY) and the old bound stays until the next round.
+                    let _ = fs::write(dir.join("memory.limit_in_bytes"), bound.to_string());
+                    peak.own = peak.own.max(u.own());
+                    peak.cache = peak.cache.max(u.data_cache());
+                }
+                std::thread::sleep(FOLLOW_EVERY);
+            }
+            peak
+        });
+        Follower {
+            stop,
+            thread: Some(thread),
+        }
+    }
+
     /// How many of the group's processes the kernel killed for memory.
     pub(super) fn oom_kills(&self) -> u64 {
         fs::read_to_string(self.dir.join("memory.oom_control"))
@@ -94,6 +129,92 @@ impl MemGroup {
     }
 }
 
+/// How often [`MemGroup::follow`] moves the bound.
+const FOLLOW_EVERY: Duration = Duration::from_millis(20);
+
+/// A group's memory by kind (`memory.stat`, bytes).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct Usage {
+    /// Anonymous memory (`rss`: heaps, stacks, anonymous mappings).
+    pub anon: u64,
+    /// Page cache (`cache`), the files its processes map included.
+    pub cache: u64,
+    /// The part of `cache` its processes map (`mapped_file`: their code, their libraries).
+    pub mapped: u64,
+}
+
+impl Usage {
+    fn read(dir: &Path) -> anyhow::Result<Usage> {
+        let p = dir.join("memory.stat");
+        let text = fs::read_to_string(&p).with_context(|| format!("reading {}", p.display()))?;
+        Ok(Usage::parse(&text))
+    }
+
+    fn parse(stat: &str) -> Usage {
+        let mut u = Usage::default();
+        for l in stat.lines() {
+            let mut f = l.split_whitespace();
+            let (Some(k), Some(v)) = (f.next(), f.next().and_then(|v| v.parse().ok())) else {
+                continue;
+            };
+            match k {
+                "rss" => u.anon = v,
+                "cache" => u.cache = v,
+                "mapped_file" => u.mapped = v,
+                _ => {}
+            }
+        }
+        u
+    }
+
+    /// What the processes hold of their own: their anonymous memory and the files they map
+    /// (a daemon's code is its own, not a cache of data).
+    pub fn own(&self) -> u64 {
+        self.anon + self.mapped
+    }
+
+    /// The page cache beside the mapped files: the data the group caches.
+    pub fn data_cache(&self) -> u64 {
+        self.cache.saturating_sub(self.mapped)
+    }
+}
+
+/// The most a followed group held, by kind.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Peaks {
+    /// [`Usage::own`] at its largest.
+    pub own: u64,
+    /// [`Usage::data_cache`] at its largest.
+    pub cache: u64,
+}
+
+/// A [`MemGroup::follow`] in progress.
+pub(super) struct Follower {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<Peaks>>,
+}
+
+impl Follower {
+    /// Stops following; what the group held at most meanwhile.
+    pub(super) fn finish(mut self) -> Peaks {
+        self.end()
+    }
+
+    fn end(&mut self) -> Peaks {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread
+            .take()
+            .and_then(|t| t.join().ok())
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Follower {
+    fn drop(&mut self) {
+        self.end();
+    }
+}
+
 impl Drop for MemGroup {
     fn drop(&mut self) {
         // The processes have exited; their page cache is moved to the parent group.
@@ -103,5 +224,27 @@ impl Drop for MemGroup {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Usage;
+
+    #[test]
+    fn usage_reads_the_groups_own_memory_and_its_data_cache() {
+        let stat = "cache 104857600\nrss 7340032\nrss_huge 0\nshmem 0\nmapped_file 13631488\n\
+                    total_cache 1\ntotal_rss 2\ntotal_mapped_file 3\nbad line\n";
+        let u = Usage::parse(stat);
+        assert_eq!(
+            u,
+            Usage {
+                anon: 7 << 20,
+                cache: 100 << 20,
+                mapped: 13 << 20,
+            }
+        );
+        assert_eq!(u.own(), 20 << 20);
+        assert_eq!(u.data_cache(), 87 << 20);
     }
 }

@@ -136,6 +136,7 @@ impl Env {
             mnt: self.mnt.clone(),
             log,
             group,
+            follower: None,
         };
         let t0 = Instant::now();
         while !is_mounted(&self.mnt) {
@@ -150,16 +151,9 @@ impl Env {
             }
             std::thread::sleep(Duration::from_millis(5));
         }
-        // Mounted: the bound becomes the budget plus what the daemon holds of its own, plus
-        // room for its working memory to grow.
-        if let Some(g) = &m.group {
-            let limit = self.sz.budget + rss(m.child.id()) + HEADROOM;
-            g.set_limit(limit)?;
-            self.limits
-                .borrow_mut()
-                .entry(variant.to_string())
-                .or_insert(limit);
-        }
+        // Mounted: from now on the bound follows what the daemon holds of its own, so that its
+        // page cache is held to the budget (and the slack between two moves of the bound).
+        m.follower = m.group.as_ref().map(|g| g.follow(self.sz.budget + SLACK));
         Ok(m)
     }
 
@@ -177,6 +171,17 @@ impl Env {
                 None => Err(e.context(what.to_string())),
             },
         }
+    }
+
+    /// Stops a daemon; keeps the most its memory group held, for a peer.
+    pub(super) fn stop(&self, variant: &str, m: Mounted) -> anyhow::Result<()> {
+        if let Some(p) = m.stop()? {
+            let mut held = self.held.borrow_mut();
+            let e = held.entry(variant.to_string()).or_default();
+            e.own = e.own.max(p.own);
+            e.cache = e.cache.max(p.cache);
+        }
+        Ok(())
     }
 
     pub(super) fn keep(&mut self, case: &'static str, variant: &'static str, value: f64) {
@@ -199,7 +204,7 @@ impl Env {
         let warm = Self::guarded(&mut m, "warm-reread", |_| seq_read(&file))?;
         b.record("warm-reread", v, 1, "mb_per_s", warm, "MiB/s");
         self.keep("warm-reread", v, warm);
-        m.stop()?;
+        self.stop(v, m)?;
         b.step(&format!("warm-restart {v}"));
         drop_dir_cache(&cache)?;
         let t0 = Instant::now();
@@ -208,7 +213,7 @@ impl Env {
         let secs = t0.elapsed().as_secs_f64();
         b.record("warm-restart", v, 1, "seconds", secs, "s");
         self.keep("warm-restart", v, secs);
-        m.stop()?;
+        self.stop(v, m)?;
         let _ = fs::remove_dir_all(&cache);
 
         // Listing, writing and Zipf reads on one fresh daemon.
@@ -281,7 +286,7 @@ impl Env {
             "MiB",
         );
         self.keep("zipf-randread", v, r.iops);
-        m.stop()?;
+        self.stop(v, m)?;
         let _ = fs::remove_dir_all(&cache);
         Ok(())
     }
@@ -289,15 +294,16 @@ impl Env {
     /// Declares each case's pair: the best peer ("before") against quire ("after"); prints
     /// quire's ratios against the targets.
     pub(super) fn compare(&self, b: &mut Bench) {
-        // (case, whether lower is better, the target ratio against the best peer)
+        // (case, whether lower is better, the target ratio against the best peer; cold-seq's
+        // is against the link instead, where the best peer may already be near it)
         let cases: [(&str, bool, f64); 7] = [
-            ("cold-seq", false, 1.5),
+            ("cold-seq", false, 0.0),
             ("warm-reread", false, 1.0),
             ("warm-restart", true, 1.0),
             ("list", false, 1.0),
             ("list-long", false, 1.0),
             ("write-fsync", false, 1.0),
-            ("zipf-randread", false, 2.0),
+            ("zipf-randread", false, 1.0),
         ];
         let mut lines = Vec::new();
         for (case, lower, target) in cases {
@@ -318,14 +324,15 @@ impl Env {
             b.compare(case, peer, "quire");
             if let Some(q) = by.get("quire") {
                 let ratio = if lower { pv / q } else { q / pv };
-                let mut line =
-                    format!("{case}: quire {ratio:.2}× the best peer ({peer}; target ≥ {target}×)");
+                let mut line = format!("{case}: quire {ratio:.2}× the best peer ({peer}");
                 if case == "cold-seq" {
                     line.push_str(&format!(
-                        ", {:.2}× the link ({:.1} MiB/s; target ≥ 0.8×)",
+                        "), {:.2}× the link ({:.1} MiB/s; target ≥ {LINK_TARGET}×)",
                         q / link_mib_per_s(),
                         link_mib_per_s()
                     ));
+                } else {
+                    line.push_str(&format!("; target ≥ {target}×)"));
                 }
                 lines.push(line);
             }
@@ -335,6 +342,9 @@ impl Env {
         }
     }
 }
+
+/// cold-seq's target: this share of the emulated link's bandwidth.
+const LINK_TARGET: f64 = 0.9;
 
 /// Lists the mount's `list` prefix (with `long`, each entry's attributes too, as `ls -l` does):
 /// entries per second, after checking that all `want` were listed.

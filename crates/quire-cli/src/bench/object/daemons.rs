@@ -137,11 +137,14 @@ pub(super) struct Mounted {
     pub(super) mnt: PathBuf,
     pub(super) log: PathBuf,
     pub(super) group: Option<MemGroup>,
+    /// The peer's bound, following its own memory once it is mounted.
+    pub(super) follower: Option<Follower>,
 }
 
 impl Mounted {
-    /// Unmounts and waits for the daemon to exit (a peer may be finishing uploads).
-    pub(super) fn stop(mut self) -> anyhow::Result<()> {
+    /// Unmounts and waits for the daemon to exit (a peer may be finishing uploads); what its
+    /// memory group held at most, for a peer.
+    pub(super) fn stop(mut self) -> anyhow::Result<Option<Peaks>> {
         let mut tries = 0;
         while let Err(e) = rustix::mount::unmount(&self.mnt, rustix::mount::UnmountFlags::empty()) {
             if !is_mounted(&self.mnt) {
@@ -162,7 +165,7 @@ impl Mounted {
             }
             std::thread::sleep(Duration::from_millis(10));
         }
-        Ok(())
+        Ok(self.follower.take().map(Follower::finish))
     }
 
     /// Why the daemon is gone, if it is.
