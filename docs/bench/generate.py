@@ -4,7 +4,7 @@ in docs/bench/current/ and the prose in docs/bench/suites.md. No figure in it is
 
 - docs/bench/current/*.json: the reports that are today's figures (copies of `quire bench
   --json` reports). A report shows under every suite it ran, unless a newer report of the same
-  suite, from a machine with the same number of CPUs and the same set-up (`--trace`, `--budget`),
+  suite, from a machine with the same number of CPUs and the same set-up (`--trace`, `--budget`, `--quick`),
   measured every (case, variant) it measured: a new full run of a suite replaces the old one
   just by being put there. Beside a report, an optional NAME.txt says how it was made, as
   `command: …` (the command that reproduces it; without it, the command is rebuilt from the report:
@@ -154,7 +154,8 @@ def load():
         reports.append({
             "path": path, "name": name, "report": report, "date": date, "meta": meta,
             "suites": suites, "cpus": host["cpus"],
-            "setup": (option(meta["command"], "--trace"), option(meta["command"], "--budget")),
+            "setup": (option(meta["command"], "--trace"), option(meta["command"], "--budget"),
+                      bool(report.get("quick"))),
         })
     return reports
 
@@ -176,7 +177,7 @@ def shown(reports, suite):
         if not replaced:
             keep.append(e)
     keep.sort(key=lambda e: e["date"], reverse=True)
-    keep.sort(key=lambda e: (e["cpus"], e["setup"][0] or "", size(e["setup"][1])))
+    keep.sort(key=lambda e: (e["cpus"], e["setup"][0] or "", size(e["setup"][1]), e["setup"][2]))
     return keep
 
 
@@ -227,9 +228,11 @@ def title(entry):
     t = f"{host['cpus']} CPUs"
     if host.get("cpu_model"):
         t += f" ({host['cpu_model']})"
-    trace, budget = entry["setup"]
+    trace, budget, quick = entry["setup"]
     if trace:
         t += f", replay of `{os.path.basename(trace)}`" + (f" with a budget of {budget}" if budget else "")
+    if quick:
+        t += ", `--quick`"
     return t + f", {entry['date'][:10]}"
 
 
