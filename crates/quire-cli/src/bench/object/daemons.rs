@@ -136,9 +136,10 @@ pub(super) struct Mounted {
     pub(super) child: Child,
     pub(super) mnt: PathBuf,
     pub(super) log: PathBuf,
-    pub(super) group: Option<MemGroup>,
-    /// The peer's bound, following its own memory once it is mounted.
+    /// The peer's bound, following its own memory once it is mounted (before `group`, so
+    /// that it stops before the group is removed).
     pub(super) follower: Option<Follower>,
+    pub(super) group: Option<MemGroup>,
 }
 
 impl Mounted {

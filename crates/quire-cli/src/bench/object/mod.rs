@@ -37,9 +37,8 @@
 //! every 20 ms) plus the budget plus 8 MiB of slack: the kernel's page cache of their
 //! disk-cache files — their cache of the data — is held to the budget, and their heap may
 //! grow as it needs (where no group can be made they run unbounded, and the suite says so).
-//! A fixed bound with room for the heap let the page cache fill that room instead: with 64 MiB
-//! of it at the `--quick` budget of 32 MiB, s3fs's group held 100 MiB of page cache, three
-//! times quire's frames. The suite's notes give the most each group held of each. quire runs outside a group, bounded by
+//! A fixed bound with room for a heap would let the page cache fill that room. The suite's
+//! notes give the most each group held of each. quire runs outside a group, bounded by
 //! its own budget (`quire stat`'s `memory_*` lines: frames + frames/64 + 40 MiB + the
 //! upload parts in flight + 8 MiB of tier offers; `crates/quire-cli/tests/object_mount.rs`
 //! holds a 256 MiB mount to a group of capacity + 64 MiB through a 1 GiB write and cold
